@@ -1,0 +1,113 @@
+"""The one wide sample record that flows from the readers to the wire (protocol v1).
+
+Field names are the wire names of docs/protocol.md. Every metric is optional: None means
+"not supported or not readable", never zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(slots=True)
+class XidEvent:
+    xid: int
+    ts: float
+
+
+@dataclass(slots=True)
+class GpuSample:
+    index: int
+    uuid: str
+    model: str | None = None
+    pci_bus_id: str | None = None
+    # True when NVML reports the GPU lost or unreachable; the metrics are then all None.
+    lost: bool = False
+    temp_c: float | None = None
+    mem_temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+    util_gpu_pct: float | None = None
+    util_mem_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    clocks_event_reasons: int | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replay_total: int | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    nvlink_links_up: int | None = None
+    nvlink_links_total: int | None = None
+    nvlink_tx_bytes_total: int | None = None
+    nvlink_rx_bytes_total: int | None = None
+    nvlink_crc_errors_total: int | None = None
+    nvlink_replay_errors_total: int | None = None
+    nvlink_recovery_errors_total: int | None = None
+    ecc_corrected_total: int | None = None
+    ecc_uncorrected_total: int | None = None
+    remapped_rows_pending: bool | None = None
+    xids: list[XidEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NicSample:
+    device: str
+    port: int
+    state: str | None = None
+    rate_gbps: float | None = None
+    tx_bytes_total: int | None = None
+    rx_bytes_total: int | None = None
+    symbol_errors_total: int | None = None
+    link_downed_total: int | None = None
+    rcv_errors_total: int | None = None
+    xmit_discards_total: int | None = None
+    xmit_wait_total: int | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    ts: float
+    gpus: list[GpuSample] = field(default_factory=list)
+    nics: list[NicSample] = field(default_factory=list)
+
+
+GPU_METRIC_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "uuid", "model", "pci_bus_id", "lost", "xids"}
+)
+NIC_METRIC_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(NicSample) if f.name not in {"device", "port", "state"}
+)
+
+
+def sample_to_dict(sample: Sample) -> dict[str, Any]:
+    return dataclasses.asdict(sample)
+
+
+def build_batch(
+    samples: list[Sample],
+    *,
+    node: str,
+    cluster: str,
+    labels: dict[str, str],
+    agent_info: dict[str, str | None],
+) -> dict[str, Any]:
+    """The v1 request body for a batch of samples from one node."""
+    return {
+        "version": PROTOCOL_VERSION,
+        "node": node,
+        "cluster": cluster,
+        "labels": labels,
+        "agent": agent_info,
+        "samples": [sample_to_dict(s) for s in samples],
+    }

@@ -1,0 +1,24 @@
+"""Liveness and readiness for Kubernetes probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="The process is alive")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="The database answers", responses={503: {}})
+def readyz(request: Request) -> JSONResponse:
+    try:
+        with request.app.state.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to reach the database means "not ready"
+        return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, status_code=503)
+    return JSONResponse({"status": "ok", "database": "ok"})

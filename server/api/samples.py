@@ -1,0 +1,45 @@
+"""POST /api/v1/samples: the agents' way in (protocol v1, docs/protocol.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Request
+from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
+
+from server.api.deps import SettingsDep, WriterDep
+from server.errors import ApiError
+from server.ingest import parse_batch, read_body
+
+router = APIRouter(prefix="/api/v1", tags=["ingest"])
+
+
+@router.post(
+    "/samples",
+    summary="Push a batch of samples from one node",
+    responses={400: {}, 413: {}, 415: {}, 422: {}, 503: {}},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
+)
+async def post_samples(request: Request, settings: SettingsDep, writer: WriterDep) -> dict[str, int]:
+    body = await read_body(
+        request.stream(),
+        content_encoding=request.headers.get("content-encoding"),
+        content_length=request.headers.get("content-length"),
+        limit=settings.max_body_bytes,
+    )
+    batch = parse_batch(body, now=time.time(), max_future_skew_s=settings.max_future_skew_s)
+    try:
+        accepted = await asyncio.wrap_future(writer.submit(batch))
+    except Exception as exc:
+        if _database_unavailable(exc):
+            # Nothing was committed: the agent keeps the batch and retries later.
+            raise ApiError(503, f"database unavailable: {type(exc).__name__}", loc=["database"], type="unavailable", headers={"Retry-After": "5"}) from exc
+        raise
+    return {"accepted": accepted}
+
+
+def _database_unavailable(exc: Exception) -> bool:
+    if isinstance(exc, (OperationalError, PoolTimeoutError)):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated

@@ -1,0 +1,94 @@
+"""The collector application. Everything stateful is built here from the given Settings;
+nothing lives at module level, so tests build as many apps as they like."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+from server import __version__
+from server.api import gpus, health, nodes, samples
+from server.errors import ApiError
+from server.protocol import Batch
+from server.settings import Settings
+from server.store import migrate
+from server.store.engine import make_engine
+from server.store.retention import apply_retention
+from server.store.writer import IngestWriter
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
+    app.state.settings = settings
+    for module in (samples, nodes, gpus, health):
+        app.include_router(module.router)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+    app.openapi = lambda: _openapi(app)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    engine = make_engine(settings.database_url)
+    if settings.migrate_on_start:
+        migrate.upgrade(engine)
+    writer = IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies)
+    writer.start()
+    app.state.engine = engine
+    app.state.writer = writer
+    retention = asyncio.create_task(_retention_loop(settings, engine))
+    try:
+        yield
+    finally:
+        retention.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await retention
+        # Requests still waiting on the writer get their commit before the engine goes away.
+        await asyncio.to_thread(writer.stop)
+        engine.dispose()
+
+
+async def _retention_loop(settings: Settings, engine) -> None:
+    while True:
+        try:
+            deleted = await asyncio.to_thread(
+                apply_retention, engine, now=time.time(), retention_s=settings.retention_days * 86400
+            )
+            if any(deleted.values()):
+                log.info("retention deleted %s", deleted)
+        except Exception:
+            log.exception("retention failed; will retry")
+        await asyncio.sleep(settings.retention_interval_s)
+
+
+async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    detail = [{"loc": [], "msg": f"internal error: {type(exc).__name__}", "type": "internal"}]
+    return JSONResponse({"detail": detail}, status_code=500)
+
+
+def _openapi(app: FastAPI) -> dict:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        # The ingest route reads its body by hand (limits, gzip); publish the protocol schema anyway.
+        batch = Batch.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(batch.pop("$defs", {}))
+        components["Batch"] = batch
+        app.openapi_schema = schema
+    return app.openapi_schema

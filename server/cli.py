@@ -1,0 +1,91 @@
+"""`laggard`: the collector's command line (server, migrate, demo)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from server.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.run(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="laggard", description="Laggard collector: GPU straggler detection.")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    server = sub.add_parser("server", help="run the collector (FastAPI under uvicorn)")
+    _database_flag(server)
+    server.add_argument("--host", help="listen address (LAGGARD_HOST, default 127.0.0.1)")
+    server.add_argument("--port", type=int, help="listen port (LAGGARD_PORT, default 8080)")
+    server.set_defaults(run=_run_server)
+
+    migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
+    _database_flag(migrate)
+    migrate.set_defaults(run=_run_migrate)
+
+    demo = sub.add_parser("demo", help="collector on SQLite plus a simulated fleet pushing to it")
+    demo.add_argument("--nodes", type=int, default=16)
+    demo.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    demo.add_argument("--model", default="H100", help="simulated GPU model")
+    demo.add_argument("--interval", type=float, default=5.0, help="agent sampling interval, seconds")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--database-url", default=None, help="default: sqlite file laggard-demo.db in the working directory")
+    demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: until Ctrl-C)")
+    demo.set_defaults(run=_run_demo)
+    return parser
+
+
+def _database_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", help="SQLAlchemy URL (LAGGARD_DATABASE_URL, default sqlite:///laggard.db)")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    # Flags win over LAGGARD_* variables, which win over defaults.
+    overrides = {k: v for k in ("database_url", "host", "port") if (v := getattr(args, k, None)) is not None}
+    return Settings(**overrides)
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+
+    settings = _settings(args)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    return 0
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    from server.store import migrate
+    from server.store.engine import make_engine
+
+    settings = _settings(args)
+    engine = make_engine(settings.database_url)
+    migrate.upgrade(engine)
+    print(f"schema at revision {migrate.current_revision(engine)} ({_redact(settings.database_url)})")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from server.demo import run_demo
+
+    return run_demo(args)
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

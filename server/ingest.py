@@ -1,0 +1,72 @@
+"""Turning a request body into a validated Batch: size limits, gzip, JSON, protocol rules."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+
+from pydantic import ValidationError
+
+from server.errors import ApiError, pydantic_details
+from server.protocol import Batch
+
+
+async def read_body(
+    chunks: AsyncIterator[bytes], *, content_encoding: str | None, content_length: str | None, limit: int
+) -> bytes:
+    """The decoded body, refusing more than `limit` bytes before or after decompression."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > limit:
+        raise _too_large(limit)
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding not in {"identity", "gzip"}:
+        raise ApiError(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none", loc=["header", "content-encoding"], type="unsupported_encoding")
+    raw = bytearray()
+    async for chunk in chunks:
+        raw += chunk
+        if len(raw) > limit:
+            raise _too_large(limit)
+    if encoding == "gzip":
+        return gunzip_limited(bytes(raw), limit)
+    return bytes(raw)
+
+
+def gunzip_limited(data: bytes, limit: int) -> bytes:
+    # max_length stops a gzip bomb before it is inflated in memory.
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise _too_large(limit)
+        out += inflater.flush()
+    except zlib.error as exc:
+        raise ApiError(400, f"corrupt gzip body: {exc}", loc=["body"], type="corrupt_gzip") from exc
+    if not inflater.eof:
+        raise ApiError(400, "corrupt gzip body: truncated stream", loc=["body"], type="corrupt_gzip")
+    if len(out) > limit:
+        raise _too_large(limit)
+    return out
+
+
+def parse_batch(body: bytes, *, now: float, max_future_skew_s: float) -> Batch:
+    if not body:
+        raise ApiError(400, "empty body: expected a JSON object", loc=["body"], type="empty_body")
+    try:
+        batch = Batch.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        status = 400 if errors and errors[0]["type"] == "json_invalid" else 422
+        raise ApiError.from_details(status, pydantic_details(errors, prefix=("body",))) from None
+    horizon = now + max_future_skew_s
+    for i, sample in enumerate(batch.samples):
+        if sample.ts > horizon:
+            raise ApiError(
+                422,
+                f"sample timestamp {sample.ts} is {sample.ts - now:.0f} s in the future (limit {max_future_skew_s:.0f} s)",
+                loc=["body", "samples", i, "ts"],
+                type="future_timestamp",
+            )
+    return batch
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"body larger than {limit} bytes (counted after decompression)", loc=["body"], type="too_large")

@@ -1,0 +1,48 @@
+"""The collector's one settings class. Built explicitly and passed to create_app(settings)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAGGARD_", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite:///laggard.db",
+        description="SQLAlchemy URL; postgresql://... uses psycopg 3. Default: SQLite file in the working directory.",
+    )
+    host: str = "127.0.0.1"
+    port: int = 8080
+    migrate_on_start: bool = True
+
+    max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")
+    max_future_skew_s: float = Field(300.0, description="Samples stamped further than this in the future are rejected.")
+
+    retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
+    retention_interval_s: float = Field(600.0, description="How often retention runs.")
+
+    ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
+    ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _use_psycopg3(cls, url: str) -> str:
+        # A plain postgresql:// URL would make SQLAlchemy look for psycopg2, which we don't ship.
+        for prefix in ("postgresql://", "postgres://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix):]
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def writer_threads(self) -> int:
+        if self.ingest_writer_threads > 0:
+            return self.ingest_writer_threads
+        return 1 if self.is_sqlite else 4

@@ -1,0 +1,1 @@
+"""Storage: schema, engine, ingest writer, queries and retention."""

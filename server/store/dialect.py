@@ -1,0 +1,25 @@
+"""The few statements whose spelling differs between SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql, sqlite
+
+
+def insert_ignore(dialect_name: str, table: Table):
+    """INSERT ... ON CONFLICT DO NOTHING: a re-sent sample or a racing replica stores a row once."""
+    if dialect_name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if dialect_name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    raise NotImplementedError(f"unsupported database dialect {dialect_name!r}")
+
+
+def positional_insert_ignore_sql(dialect_name: str, table: Table) -> str:
+    """The same insert as driver SQL with positional parameters, for executemany over tuples:
+    building a dict per row costs more than the insert itself on the ingest hot path."""
+    placeholder = {"sqlite": "?", "postgresql": "%s"}[dialect_name]
+    columns = [c.name for c in table.columns]
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join(placeholder for _ in columns)
+    return f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks}) ON CONFLICT DO NOTHING'

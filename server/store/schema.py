@@ -1,0 +1,121 @@
+"""SQLAlchemy 2 models. Time series tables hold one row per GPU (or NIC) per sample, metrics as
+columns, keyed by (id, ts) so a re-sent sample is stored once. `ts` is the sample's own time
+(epoch seconds), never the time it arrived."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("cluster", "name", name="uq_nodes_cluster_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(253))
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    agent: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(253), unique=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    pci_bus_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+
+
+class Nic(Base):
+    __tablename__ = "nics"
+    __table_args__ = (UniqueConstraint("node_id", "device", "port", name="uq_nics_node_device_port"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    device: Mapped[str] = mapped_column(String(253))
+    port: Mapped[int] = mapped_column(Integer)
+    first_seen: Mapped[float] = mapped_column(Float)
+
+
+class GpuSample(Base):
+    __tablename__ = "gpu_samples"
+    __table_args__ = (Index("ix_gpu_samples_ts", "ts"),)
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, primary_key=True)
+    lost: Mapped[bool] = mapped_column(Boolean, default=False)
+    temp_c: Mapped[float | None] = mapped_column(Float)
+    mem_temp_c: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    power_limit_w: Mapped[float | None] = mapped_column(Float)
+    sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
+    sm_clock_max_mhz: Mapped[int | None] = mapped_column(Integer)
+    mem_clock_mhz: Mapped[int | None] = mapped_column(Integer)
+    mem_clock_max_mhz: Mapped[int | None] = mapped_column(Integer)
+    util_gpu_pct: Mapped[float | None] = mapped_column(Float)
+    util_mem_pct: Mapped[float | None] = mapped_column(Float)
+    mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    mem_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    clocks_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_gen: Mapped[int | None] = mapped_column(Integer)
+    pcie_gen_max: Mapped[int | None] = mapped_column(Integer)
+    pcie_width: Mapped[int | None] = mapped_column(Integer)
+    pcie_width_max: Mapped[int | None] = mapped_column(Integer)
+    pcie_replay_total: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    pcie_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    nvlink_links_up: Mapped[int | None] = mapped_column(Integer)
+    nvlink_links_total: Mapped[int | None] = mapped_column(Integer)
+    nvlink_tx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_rx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_crc_errors_total: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_replay_errors_total: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_recovery_errors_total: Mapped[int | None] = mapped_column(BigInteger)
+    ecc_corrected_total: Mapped[int | None] = mapped_column(BigInteger)
+    ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
+    remapped_rows_pending: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class NicSample(Base):
+    __tablename__ = "nic_samples"
+    __table_args__ = (Index("ix_nic_samples_ts", "ts"),)
+
+    nic_id: Mapped[int] = mapped_column(ForeignKey("nics.id"), primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, primary_key=True)
+    state: Mapped[str | None] = mapped_column(String(32))
+    rate_gbps: Mapped[float | None] = mapped_column(Float)
+    tx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    rx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    symbol_errors_total: Mapped[int | None] = mapped_column(BigInteger)
+    link_downed_total: Mapped[int | None] = mapped_column(BigInteger)
+    rcv_errors_total: Mapped[int | None] = mapped_column(BigInteger)
+    xmit_discards_total: Mapped[int | None] = mapped_column(BigInteger)
+    xmit_wait_total: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class XidEvent(Base):
+    """A one-off event (node-problem-detector's sense), not a condition."""
+
+    __tablename__ = "xid_events"
+    __table_args__ = (
+        UniqueConstraint("gpu_id", "ts", "xid", name="uq_xid_events_gpu_ts_xid"),
+        Index("ix_xid_events_ts", "ts"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    xid: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
