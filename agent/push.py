@@ -1,0 +1,274 @@
+"""Ships samples to the collector: batched, gzipped, retried, never blocking the sampler.
+
+Samples wait in a bounded queue (oldest dropped first, counted) until a batch is full or
+its oldest sample is `max_delay` seconds old. A batch leaves the queue only once the
+collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
+logged). Anything else (429, 5xx, connection errors) is retried with capped exponential
+backoff and jitter, and each retry re-reads the queue head, so samples that aged out
+while the collector was away are not resent.
+
+`SampleQueue` is the seam for the durable on-disk spool that replaces MemoryQueue later.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from agent import __version__
+from agent.sample import Sample, build_batch
+
+log = logging.getLogger(__name__)
+
+PERMANENT_STATUSES = frozenset({400, 413, 422})
+SAMPLES_PATH = "/api/v1/samples"
+
+
+class SampleQueue(Protocol):
+    """FIFO of (seq, sample); seqs increase; ack(seq) removes everything up to seq."""
+
+    dropped: int
+
+    def put(self, sample: Sample) -> None: ...
+    def peek(self, n: int) -> list[tuple[int, Sample]]: ...
+    def ack(self, upto_seq: int) -> None: ...
+    def __len__(self) -> int: ...
+
+
+class MemoryQueue:
+    def __init__(self, maxlen: int = 720) -> None:
+        if maxlen < 1:
+            raise ValueError("queue length must be at least 1")
+        self._items: collections.deque[tuple[int, Sample]] = collections.deque()
+        self._maxlen = maxlen
+        self._next_seq = 0
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def put(self, sample: Sample) -> None:
+        with self._lock:
+            if len(self._items) >= self._maxlen:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append((self._next_seq, sample))
+            self._next_seq += 1
+
+    def peek(self, n: int) -> list[tuple[int, Sample]]:
+        with self._lock:
+            return [self._items[i] for i in range(min(n, len(self._items)))]
+
+    def ack(self, upto_seq: int) -> None:
+        with self._lock:
+            while self._items and self._items[0][0] <= upto_seq:
+                self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass
+class PushStats:
+    sent_batches: int = 0
+    sent_samples: int = 0
+    rejected_batches: int = 0
+    rejected_samples: int = 0
+    failed_attempts: int = 0
+
+
+class Pusher:
+    def __init__(
+        self,
+        collector_url: str,
+        *,
+        node: str,
+        cluster: str = "default",
+        labels: dict[str, str] | None = None,
+        agent_info: dict[str, str | None] | None = None,
+        token: str | None = None,
+        batch_size: int = 4,
+        max_delay: float = 10.0,
+        queue: SampleQueue | None = None,
+        timeout: float = 10.0,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        compresslevel: int = 6,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch size must be at least 1")
+        self.url = collector_url.rstrip("/") + SAMPLES_PATH
+        self.node, self.cluster = node, cluster
+        self.labels = dict(labels or {})
+        self.agent_info = dict(agent_info or {"version": __version__, "driver": None, "cuda": None})
+        self.batch_size = batch_size
+        self.max_delay = max_delay
+        self.queue: SampleQueue = queue if queue is not None else MemoryQueue()
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.compresslevel = compresslevel
+        self.stats = PushStats()
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "User-Agent": f"laggard-agent/{__version__}",
+        }
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = httpx.Client(headers=headers, timeout=timeout)
+        self._wake = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failures = 0  # consecutive transient failures of the current head batch
+
+    @property
+    def dropped(self) -> int:
+        return self.queue.dropped
+
+    # --- producer side ----------------------------------------------------------------
+
+    def submit(self, sample: Sample) -> None:
+        """Queue one sample; never blocks on the network."""
+        self.queue.put(sample)
+        with self._wake:
+            self._wake.notify()
+
+    # --- sending ----------------------------------------------------------------------
+
+    def encode(self, samples: list[Sample]) -> bytes:
+        body = build_batch(samples, node=self.node, cluster=self.cluster, labels=self.labels,
+                           agent_info=self.agent_info)
+        return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), self.compresslevel)
+
+    def send_once(self) -> float | None:
+        """Send one batch from the queue head.
+
+        Returns None when the batch is settled (stored, rejected, or nothing to send),
+        else the seconds to wait before retrying.
+        """
+        head = self.queue.peek(self.batch_size)
+        if not head:
+            return None
+        samples = [s for _, s in head]
+        last_seq = head[-1][0]
+        retry_after: float | None = None
+        try:
+            resp = self._client.post(self.url, content=self.encode(samples))
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if 200 <= resp.status_code < 300:
+                self._settled(last_seq)
+                self.stats.sent_batches += 1
+                self.stats.sent_samples += len(samples)
+                self._check_accepted(resp, len(samples))
+                return None
+            if resp.status_code in PERMANENT_STATUSES:
+                self._settled(last_seq)
+                self.stats.rejected_batches += 1
+                self.stats.rejected_samples += len(samples)
+                log.error("collector rejected %d samples with HTTP %d, dropping them: %s",
+                          len(samples), resp.status_code, _body_text(resp))
+                return None
+            reason = f"HTTP {resp.status_code}: {_body_text(resp)}"
+            retry_after = _retry_after(resp)
+        self._failures += 1
+        self.stats.failed_attempts += 1
+        delay = self._backoff(retry_after)
+        log.warning("push of %d samples to %s failed (%s); retry %d in %.1fs",
+                    len(samples), self.url, reason, self._failures, delay)
+        return delay
+
+    def _settled(self, last_seq: int) -> None:
+        self.queue.ack(last_seq)
+        self._failures = 0
+
+    def _backoff(self, retry_after: float | None) -> float:
+        delay = min(self.backoff_max, self.backoff_base * 2 ** (self._failures - 1))
+        # Jitter keeps a fleet of agents from retrying in lockstep after a collector restart.
+        delay *= random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max))
+        return delay
+
+    @staticmethod
+    def _check_accepted(resp: httpx.Response, n: int) -> None:
+        try:
+            accepted = resp.json().get("accepted")
+        except (ValueError, AttributeError):
+            return
+        if accepted is not None and accepted != n:
+            log.warning("collector accepted %s of %d samples", accepted, n)
+
+    # --- background thread ------------------------------------------------------------
+
+    def start(self) -> Pusher:
+        self._thread = threading.Thread(target=self._run, name=f"pusher-{self.node}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _wait_left(self) -> float:
+        """Seconds until the queued samples should go out (0: now)."""
+        if len(self.queue) >= self.batch_size:
+            return 0.0
+        head = self.queue.peek(1)
+        if not head:
+            return 1.0
+        return max(0.0, head[0][1].ts + self.max_delay - time.time())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                left = self._wait_left()
+                if left > 0:
+                    # submit() notifies; the timeout catches a partial batch's max_delay.
+                    self._wake.wait(min(left, 1.0))
+                    continue
+            if self._stop.is_set():
+                break
+            delay = self.send_once()
+            if delay is not None:
+                self._stop.wait(delay)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Try to send everything queued within `timeout` seconds; True if the queue emptied."""
+        deadline = time.monotonic() + timeout
+        while len(self.queue) and time.monotonic() < deadline:
+            delay = self.send_once()
+            if delay is not None:
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        return not len(self.queue)
+
+    def close(self, flush_timeout: float = 5.0) -> None:
+        """Stop the thread, make a bounded last attempt to send what is queued, close."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        if flush_timeout > 0 and len(self.queue):
+            if not self.flush(flush_timeout):
+                log.warning("exiting with %d unsent samples", len(self.queue))
+        self._client.close()
+
+
+def _body_text(resp: httpx.Response, limit: int = 500) -> str:
+    try:
+        text = json.dumps(resp.json())
+    except ValueError:
+        text = resp.text
+    return text[:limit]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # HTTP-date form: fall back to our own backoff

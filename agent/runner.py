@@ -1,0 +1,104 @@
+"""The sampling loop: one Sample per tick on a fixed cadence, handed to a sink.
+
+Ticks sit on wall-clock multiples of the interval (12:00:00, :05, :10 ...) so that samples
+from different nodes line up for cross-node comparison, and the schedule does not drift
+with the time a read takes. A tick that is missed (a slow read, a paused VM) is skipped
+rather than made up in a burst.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Callable, Protocol
+
+from agent.sample import GpuSample, NicSample, Sample
+from agent.sysfs.infiniband import DEFAULT_SYSFS_ROOT, read_ib_ports
+
+log = logging.getLogger(__name__)
+
+
+class GpuSource(Protocol):
+    def read(self, ts: float) -> list[GpuSample]: ...
+
+
+class SampleSink(Protocol):
+    def submit(self, sample: Sample) -> None: ...
+
+
+def collect(ts: float, source: GpuSource | None, read_nics: Callable[[float], list[NicSample]]) -> Sample:
+    """One sample; a failing reader costs its half of the sample, not the whole."""
+    gpus: list[GpuSample] = []
+    nics: list[NicSample] = []
+    if source is not None:
+        try:
+            gpus = source.read(ts)
+        except Exception:
+            log.exception("GPU read failed")
+    try:
+        nics = read_nics(ts)
+    except Exception:
+        log.exception("NIC read failed")
+    return Sample(ts=ts, gpus=gpus, nics=nics)
+
+
+class Runner:
+    def __init__(
+        self,
+        source: GpuSource | None,
+        sink: SampleSink,
+        *,
+        interval: float = 5.0,
+        sysfs_root: str = DEFAULT_SYSFS_ROOT,
+        read_nics: Callable[[float], list[NicSample]] | None = None,
+        stop: threading.Event | None = None,
+        align: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError("interval must be positive")
+        self.source = source
+        self.sink = sink
+        self.interval = interval
+        self.read_nics = read_nics or (lambda ts: read_ib_ports(sysfs_root))
+        self.stop = stop or threading.Event()
+        self.align = align
+        self.clock = clock
+        self.ticks = 0
+        self.skipped = 0
+
+    def sample_once(self, ts: float | None = None) -> Sample:
+        return collect(self.clock() if ts is None else ts, self.source, self.read_nics)
+
+    def run(self, max_ticks: int | None = None) -> None:
+        """Sample until `stop` is set (or `max_ticks` samples were taken)."""
+        next_tick = self._first_tick()
+        while not self.stop.is_set():
+            wait = next_tick - self.clock()
+            if wait > self.interval:  # the wall clock stepped back: re-align, don't stall
+                next_tick = self._first_tick()
+                continue
+            if self.stop.wait(max(0.0, wait)):
+                break
+            self.sink.submit(collect(next_tick, self.source, self.read_nics))
+            self.ticks += 1
+            if max_ticks is not None and self.ticks >= max_ticks:
+                break
+            next_tick += self.interval
+            late = self.clock() - next_tick
+            if late > self.interval / 2:  # a little late: sample now; very late: skip
+                missed = math.ceil((late - self.interval / 2) / self.interval)
+                self.skipped += missed
+                next_tick += missed * self.interval
+                log.warning("sampling fell %.1fs behind; skipped %d tick(s)", late, missed)
+
+    def _first_tick(self) -> float:
+        now = self.clock()
+        return math.ceil(now / self.interval) * self.interval if self.align else now
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="runner", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,112 @@
+"""The read API over real HTTP: nodes, one node with its latest readings, GPU series."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.server.conftest import stored_gpu_samples
+from tests.server.payloads import batch, encode
+
+T0 = 1_790_000_000.0
+
+
+@pytest.fixture
+def api(live_server):
+    with httpx.Client(base_url=live_server.url, timeout=30) as http:
+        yield http
+
+
+def _push(api, body):
+    content, headers = encode(body, gzipped=True)
+    r = api.post("/api/v1/samples", content=content, headers=headers)
+    assert r.status_code == 200, r.text
+
+
+def test_nodes_list_and_detail_with_latest_sample(api):
+    body = batch(node="n1", samples=3, gpus=2, ts=T0)
+    body["samples"][2]["gpus"][1]["temp_c"] = 88.5
+    _push(api, body)
+    _push(api, batch(node="n2", cluster="prod-b", samples=1, gpus=1, ts=T0))
+
+    nodes = api.get("/api/v1/nodes").json()["nodes"]
+    assert [(n["cluster"], n["node"], n["gpu_count"]) for n in nodes] == [("prod-a", "n1", 2), ("prod-b", "n2", 1)]
+    assert nodes[0]["last_seen"] == T0 + 2
+    assert nodes[0]["agent"]["driver"] == "550.54.15"
+    assert api.get("/api/v1/nodes", params={"cluster": "prod-b"}).json()["nodes"][0]["node"] == "n2"
+
+    detail = api.get("/api/v1/nodes/n1").json()
+    assert detail["labels"] == {"job": "llm-a", "rack": "r12"}
+    assert [g["index"] for g in detail["gpus"]] == [0, 1]
+    assert detail["gpus"][1]["latest"]["ts"] == T0 + 2
+    assert detail["gpus"][1]["latest"]["temp_c"] == 88.5
+    assert detail["nics"][0]["device"] == "mlx5_0"
+    assert detail["nics"][0]["latest"]["state"] == "ACTIVE"
+
+
+def test_unknown_node_is_404_with_a_json_body(api):
+    r = api.get("/api/v1/nodes/nope")
+    assert r.status_code == 404
+    assert "nope" in r.json()["detail"][0]["msg"]
+
+
+def test_same_node_name_in_two_clusters_needs_the_cluster(api):
+    _push(api, batch(node="twin", cluster="a", ts=T0))
+    _push(api, batch(node="twin", cluster="b", ts=T0))
+    assert api.get("/api/v1/nodes/twin").status_code == 409
+    assert api.get("/api/v1/nodes/twin", params={"cluster": "b"}).json()["cluster"] == "b"
+
+
+def test_gpu_series_in_range_and_in_order(api):
+    body = batch(samples=5, gpus=1, ts=T0)
+    for i, s in enumerate(body["samples"]):
+        s["gpus"][0]["sm_clock_mhz"] = 1000 + i
+    _push(api, body)
+    uuid = body["samples"][0]["gpus"][0]["uuid"]
+    r = api.get(f"/api/v1/gpus/{uuid}/series", params={"metric": "sm_clock_mhz", "since": T0 + 1, "until": T0 + 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["points"] == [[T0 + 1, 1001], [T0 + 2, 1002], [T0 + 3, 1003]]
+
+
+@pytest.mark.parametrize(
+    "params,status,loc",
+    [
+        ({"metric": "bogus"}, 422, ["query", "metric"]),
+        ({}, 422, ["query", "metric"]),
+        ({"metric": "temp_c", "since": 10, "until": 5}, 422, ["query", "since"]),
+    ],
+)
+def test_gpu_series_bad_queries(api, params, status, loc):
+    body = batch(gpus=1, ts=T0)
+    _push(api, body)
+    uuid = body["samples"][0]["gpus"][0]["uuid"]
+    r = api.get(f"/api/v1/gpus/{uuid}/series", params=params)
+    assert r.status_code == status
+    assert r.json()["detail"][0]["loc"] == loc
+
+
+def test_unknown_gpu_is_404(api):
+    assert api.get("/api/v1/gpus/GPU-none/series", params={"metric": "temp_c"}).status_code == 404
+
+
+def test_resent_batch_is_stored_once(api, db):
+    body = batch(samples=3, gpus=2, ts=T0)
+    body["samples"][0]["gpus"][0]["xids"] = [{"xid": 79, "ts": T0}]
+    _push(api, body)
+    _push(api, body)
+    assert stored_gpu_samples(db) == 6
+
+
+def test_gpu_moving_to_another_node_follows_it(api):
+    body = batch(node="old-home", gpus=1, ts=T0)
+    _push(api, body)
+    moved = batch(node="new-home", gpus=1, ts=T0 + 10)
+    moved["samples"][0]["gpus"][0]["uuid"] = body["samples"][0]["gpus"][0]["uuid"]
+    _push(api, moved)
+    assert [g["uuid"] for g in api.get("/api/v1/nodes/new-home").json()["gpus"]] == [body["samples"][0]["gpus"][0]["uuid"]]
+    assert api.get("/api/v1/nodes/old-home").json()["gpus"] == []
+
+
+def test_health_and_readiness(api):
+    assert api.get("/healthz").json() == {"status": "ok"}
+    assert api.get("/readyz").json()["database"] == "ok"

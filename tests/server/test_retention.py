@@ -1,0 +1,46 @@
+"""Retention deletes by sample time, and only what is past the horizon."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from server.store import schema
+from server.store.retention import apply_retention
+from tests.server.conftest import count_rows, stored_gpu_samples
+from tests.server.payloads import batch, encode
+
+DAY = 86400.0
+
+
+def _push(url: str, body: dict) -> None:
+    content, headers = encode(body, gzipped=True)
+    r = httpx.post(f"{url}/api/v1/samples", content=content, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_old_samples_go_recent_ones_stay(live_server, db):
+    now = time.time()
+    old = batch(samples=3, gpus=2, ts=now - 8 * DAY)
+    old["samples"][0]["gpus"][0]["xids"] = [{"xid": 79, "ts": now - 8 * DAY}]
+    _push(live_server.url, old)
+    recent = batch(samples=2, gpus=2, ts=now - 1 * DAY)
+    recent["samples"][0]["gpus"][1]["xids"] = [{"xid": 48, "ts": now - DAY}]
+    _push(live_server.url, recent)
+    assert stored_gpu_samples(db) == 10
+
+    deleted = apply_retention(db, now=now, retention_s=7 * DAY)
+
+    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1}
+    assert stored_gpu_samples(db) == 4
+    assert count_rows(db, schema.NicSample) == 2
+    assert count_rows(db, schema.XidEvent) == 1
+    # Inventory is kept: the node and its GPUs are still known.
+    assert count_rows(db, schema.Gpu) == 2
+
+
+def test_nothing_to_delete_is_a_no_op(live_server, db):
+    _push(live_server.url, batch(samples=1))
+    assert apply_retention(db, now=time.time(), retention_s=7 * DAY) == {"gpu_samples": 0, "nic_samples": 0, "xid_events": 0}
+    assert stored_gpu_samples(db) == 2
