@@ -54,7 +54,6 @@ class Runner:
         sysfs_root: str = DEFAULT_SYSFS_ROOT,
         read_nics: Callable[[float], list[NicSample]] | None = None,
         stop: threading.Event | None = None,
-        align: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not interval > 0:
@@ -64,39 +63,36 @@ class Runner:
         self.interval = interval
         self.read_nics = read_nics or (lambda ts: read_ib_ports(sysfs_root))
         self.stop = stop or threading.Event()
-        self.align = align
         self.clock = clock
         self.ticks = 0
         self.skipped = 0
 
-    def sample_once(self, ts: float | None = None) -> Sample:
-        return collect(self.clock() if ts is None else ts, self.source, self.read_nics)
-
     def run(self, max_ticks: int | None = None) -> None:
         """Sample until `stop` is set (or `max_ticks` samples were taken)."""
-        next_tick = self._first_tick()
+        # Tick k is at k * interval: an integer index keeps timestamps on the grid
+        # instead of accumulating float error.
+        k = self._first_tick()
         while not self.stop.is_set():
-            wait = next_tick - self.clock()
+            wait = k * self.interval - self.clock()
             if wait > self.interval:  # the wall clock stepped back: re-align, don't stall
-                next_tick = self._first_tick()
+                k = self._first_tick()
                 continue
             if self.stop.wait(max(0.0, wait)):
                 break
-            self.sink.submit(collect(next_tick, self.source, self.read_nics))
+            self.sink.submit(collect(k * self.interval, self.source, self.read_nics))
             self.ticks += 1
             if max_ticks is not None and self.ticks >= max_ticks:
                 break
-            next_tick += self.interval
-            late = self.clock() - next_tick
+            k += 1
+            late = self.clock() - k * self.interval
             if late > self.interval / 2:  # a little late: sample now; very late: skip
                 missed = math.ceil((late - self.interval / 2) / self.interval)
                 self.skipped += missed
-                next_tick += missed * self.interval
+                k += missed
                 log.warning("sampling fell %.1fs behind; skipped %d tick(s)", late, missed)
 
-    def _first_tick(self) -> float:
-        now = self.clock()
-        return math.ceil(now / self.interval) * self.interval if self.align else now
+    def _first_tick(self) -> int:
+        return math.ceil(self.clock() / self.interval)
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name="runner", daemon=True)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from server import __version__
 from server.api import gpus, health, nodes, samples
 from server.errors import ApiError
-from server.protocol import Batch
+from server.protocol import BATCH
 from server.settings import Settings
 from server.store import migrate
 from server.store.engine import make_engine
@@ -35,6 +35,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(Exception, _unexpected_error)
     app.openapi = lambda: _openapi(app)
     return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for uvicorn worker processes, which rebuild their settings from LAGGARD_*."""
+    return create_app(Settings())
 
 
 @contextlib.asynccontextmanager
@@ -86,7 +91,7 @@ def _openapi(app: FastAPI) -> dict:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         # The ingest route reads its body by hand (limits, gzip); publish the protocol schema anyway.
-        batch = Batch.model_json_schema(ref_template="#/components/schemas/{model}")
+        batch = BATCH.json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(batch.pop("$defs", {}))
         components["Batch"] = batch

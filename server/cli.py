@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from server.settings import Settings
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     _database_flag(server)
     server.add_argument("--host", help="listen address (LAGGARD_HOST, default 127.0.0.1)")
     server.add_argument("--port", type=int, help="listen port (LAGGARD_PORT, default 8080)")
+    server.add_argument("--workers", type=int, help="worker processes (LAGGARD_WORKERS, default 1)")
     server.set_defaults(run=_run_server)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
@@ -51,7 +53,7 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     # Flags win over LAGGARD_* variables, which win over defaults.
-    overrides = {k: v for k in ("database_url", "host", "port") if (v := getattr(args, k, None)) is not None}
+    overrides = {k: v for k in ("database_url", "host", "port", "workers") if (v := getattr(args, k, None)) is not None}
     return Settings(**overrides)
 
 
@@ -61,7 +63,20 @@ def _run_server(args: argparse.Namespace) -> int:
     from server.app import create_app
 
     settings = _settings(args)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10}
+    if settings.workers <= 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    # Worker processes rebuild Settings from the environment: hand them ours, and migrate
+    # once here rather than racing in every worker.
+    from server.store import migrate
+    from server.store.engine import make_engine
+
+    engine = make_engine(settings.database_url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false"})
+    uvicorn.run("server.app:create_app_from_env", factory=True, workers=settings.workers, **common)
     return 0
 
 

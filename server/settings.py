@@ -17,6 +17,7 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = 8080
+    workers: int = Field(1, description="uvicorn worker processes; ingest parses in parallel across them.")
     migrate_on_start: bool = True
 
     max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")

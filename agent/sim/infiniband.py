@@ -74,7 +74,7 @@ class SimIbTree:
     """A fixture sysfs tree with `devices` single-port HCAs under `root`."""
 
     def __init__(self, root: str | os.PathLike[str], *, devices: int = 8, rate_gbps: float = 400.0,
-                 seed: int | None = None, start_ts: float | None = None) -> None:
+                 seed: int | str | None = None, start_ts: float | None = None) -> None:
         self.root = os.fspath(root)
         self._rng = random.Random(seed)
         self._last_ts = start_ts

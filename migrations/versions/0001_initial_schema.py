@@ -86,11 +86,8 @@ def upgrade() -> None:
     sa.Column('ecc_uncorrected_total', sa.BigInteger(), nullable=True),
     sa.Column('remapped_rows_pending', sa.Boolean(), nullable=True),
     sa.ForeignKeyConstraint(['gpu_id'], ['gpus.id'], ),
-    sa.PrimaryKeyConstraint('gpu_id', 'ts')
+    sa.PrimaryKeyConstraint('gpu_id', 'ts'),
     )
-    with op.batch_alter_table('gpu_samples', schema=None) as batch_op:
-        batch_op.create_index('ix_gpu_samples_ts', ['ts'], unique=False)
-
     op.create_table('nic_samples',
     sa.Column('nic_id', sa.Integer(), nullable=False),
     sa.Column('ts', sa.Float(), nullable=False),
@@ -104,11 +101,8 @@ def upgrade() -> None:
     sa.Column('xmit_discards_total', sa.BigInteger(), nullable=True),
     sa.Column('xmit_wait_total', sa.BigInteger(), nullable=True),
     sa.ForeignKeyConstraint(['nic_id'], ['nics.id'], ),
-    sa.PrimaryKeyConstraint('nic_id', 'ts')
+    sa.PrimaryKeyConstraint('nic_id', 'ts'),
     )
-    with op.batch_alter_table('nic_samples', schema=None) as batch_op:
-        batch_op.create_index('ix_nic_samples_ts', ['ts'], unique=False)
-
     op.create_table('xid_events',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -128,13 +122,7 @@ def downgrade() -> None:
         batch_op.drop_index('ix_xid_events_ts')
 
     op.drop_table('xid_events')
-    with op.batch_alter_table('nic_samples', schema=None) as batch_op:
-        batch_op.drop_index('ix_nic_samples_ts')
-
     op.drop_table('nic_samples')
-    with op.batch_alter_table('gpu_samples', schema=None) as batch_op:
-        batch_op.drop_index('ix_gpu_samples_ts')
-
     op.drop_table('gpu_samples')
     op.drop_table('nics')
     with op.batch_alter_table('gpus', schema=None) as batch_op:

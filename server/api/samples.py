@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from fastapi import APIRouter, Request
@@ -10,7 +11,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTim
 
 from server.api.deps import SettingsDep, WriterDep
 from server.errors import ApiError
-from server.ingest import parse_batch, read_body
+from server.ingest import content_is_gzip, decode_batch, read_body
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
@@ -22,15 +23,15 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
 )
 async def post_samples(request: Request, settings: SettingsDep, writer: WriterDep) -> dict[str, int]:
-    body = await read_body(
-        request.stream(),
-        content_encoding=request.headers.get("content-encoding"),
-        content_length=request.headers.get("content-length"),
-        limit=settings.max_body_bytes,
+    gzipped = content_is_gzip(request.headers.get("content-encoding"))
+    raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=settings.max_body_bytes)
+    decode = functools.partial(
+        decode_batch, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s
     )
-    batch = parse_batch(body, now=time.time(), max_future_skew_s=settings.max_future_skew_s)
     try:
-        accepted = await asyncio.wrap_future(writer.submit(batch))
+        accepted = await asyncio.wrap_future(writer.submit(decode))
+    except ApiError:
+        raise
     except Exception as exc:
         if _database_unavailable(exc):
             # Nothing was committed: the agent keeps the batch and retries later.

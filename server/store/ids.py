@@ -6,7 +6,7 @@ transaction never leaves the cache pointing at rows that do not exist."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, select, update
 
@@ -14,8 +14,7 @@ from server.store import schema
 from server.store.dialect import insert_ignore
 
 
-@dataclass
-class GpuIdentity:
+class GpuIdentity(NamedTuple):
     id: int
     node_id: int
     index: int
@@ -35,10 +34,15 @@ class IdCache:
         self.nics.update(staged.nics)
 
 
-class IdResolver:
-    """Resolves ids inside one transaction, reading through `published` and writing to `staged`."""
+class CacheMiss(LookupError):
+    """An offline resolver met a node, GPU or NIC it has no id for."""
 
-    def __init__(self, conn: Connection, published: IdCache):
+
+class IdResolver:
+    """Resolves ids inside one transaction, reading through `published` and writing to `staged`.
+    Without a connection it is offline: known ids only, CacheMiss for anything new."""
+
+    def __init__(self, conn: Connection | None, published: IdCache):
         self.conn = conn
         self.published = published
         self.staged = IdCache()
@@ -56,15 +60,16 @@ class IdResolver:
         return node_id
 
     def gpu_id(self, *, node_id: int, uuid: str, index: int, model: str | None, pci_bus_id: str | None, seen: float) -> int:
-        wanted = GpuIdentity(0, node_id, index, model, pci_bus_id)
         known = self.staged.gpus.get(uuid) or self.published.gpus.get(uuid)
+        if known is not None and known[1:] == (node_id, index, model, pci_bus_id):
+            return known.id
         if known is None:
             self._insert_ignore(schema.Gpu, uuid=uuid, node_id=node_id, index=index, model=model, pci_bus_id=pci_bus_id, first_seen=seen)
             row = self.conn.execute(
                 select(schema.Gpu.id, schema.Gpu.node_id, schema.Gpu.index, schema.Gpu.model, schema.Gpu.pci_bus_id).where(schema.Gpu.uuid == uuid)
             ).one()
             known = GpuIdentity(*row)
-        wanted.id = known.id
+        wanted = GpuIdentity(known.id, node_id, index, model, pci_bus_id)
         if known != wanted:
             # The GPU moved (another node or slot) or the agent learnt its model: keep the latest.
             self.conn.execute(
@@ -86,4 +91,6 @@ class IdResolver:
         return nic_id
 
     def _insert_ignore(self, orm_class: type[schema.Base], /, **values: Any) -> None:
+        if self.conn is None:
+            raise CacheMiss(orm_class.__tablename__)
         self.conn.execute(insert_ignore(self.conn.dialect.name, orm_class.__table__).values(**values))

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Connection, Engine, bindparam, delete, select
 
 from server.store import schema
 
-_TIMED_TABLES = (schema.GpuSample.__table__, schema.NicSample.__table__, schema.XidEvent.__table__)
+GpuSampleT = schema.GpuSample.__table__
+NicSampleT = schema.NicSample.__table__
+XidT = schema.XidEvent.__table__
 
 
 def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[str, int]:
     """Delete rows older than now - retention_s; returns rows deleted per table."""
     cutoff = now - retention_s
-    deleted: dict[str, int] = {}
     with engine.begin() as conn:
-        for table in _TIMED_TABLES:
-            deleted[table.name] = conn.execute(delete(table).where(table.c.ts < cutoff)).rowcount
+        return {
+            "gpu_samples": _delete_per_series(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
+            "nic_samples": _delete_per_series(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
+            "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
+        }
+
+
+def _delete_per_series(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:
+    # One range delete per series walks the (series id, ts) primary key; a single
+    # "WHERE ts < cutoff" would scan the whole table, since ts has no index of its own.
+    ids = conn.execute(select(inventory_id)).scalars().all()
+    if not ids:
+        return 0
+    stmt = delete(table).where(series_column == bindparam("series"), table.c.ts < bindparam("cutoff"))
+    deleted = 0
+    for series in ids:
+        deleted += conn.execute(stmt, {"series": series, "cutoff": cutoff}).rowcount
     return deleted

@@ -1,65 +1,72 @@
-"""Writing one validated Batch inside a transaction: ids, then the rows in bulk."""
+"""One validated Batch as rows (prepare), then those rows in bulk (insert)."""
 
 from __future__ import annotations
 
-from operator import attrgetter
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, update
+from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bindparam, func, update
 
-from server.protocol import GPU_METRICS, NIC_METRICS, Batch
+from server.protocol import DEFAULT_CLUSTER, GPU_METRICS, NIC_METRICS, Batch
 from server.store import schema
-from server.store.dialect import positional_insert_ignore_sql
+from server.store.bulk_insert import BulkInsert
 from server.store.ids import IdResolver
 
-_gpu_metrics = attrgetter(*GPU_METRICS)
-_nic_metrics = attrgetter(*NIC_METRICS)
+# `lost` defaults to False, not NULL: it is a flag, not a reading.
+_GPU_READINGS = tuple(m for m in GPU_METRICS if m != "lost")
+assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
+
+# The XID id is assigned by the database; the insert names only the natural key.
+_XID_KEY = Table("xid_events", MetaData(), Column("gpu_id", Integer), Column("xid", Integer), Column("ts", Float))
 
 
 class SampleWriter:
-    """Holds the per-dialect insert SQL; write() is called once per batch inside a transaction."""
+    """Holds the per-dialect insert statements."""
 
     def __init__(self, dialect_name: str):
-        self.dialect_name = dialect_name
-        self.gpu_sql = positional_insert_ignore_sql(dialect_name, schema.GpuSample.__table__)
-        self.nic_sql = positional_insert_ignore_sql(dialect_name, schema.NicSample.__table__)
-        self.xid_sql = positional_insert_ignore_sql(dialect_name, _xid_table_without_id())
-
-    def write(self, conn: Connection, ids: IdResolver, batch: Batch) -> int:
-        if not batch.samples:
-            return 0
-        first_ts = min(s.ts for s in batch.samples)
-        last_ts = max(s.ts for s in batch.samples)
-        node_id = ids.node_id(cluster=batch.cluster, name=batch.node, seen=first_ts)
-        gpu_rows, nic_rows, xid_rows = [], [], []
-        for sample in batch.samples:
-            ts = sample.ts
-            for gpu in sample.gpus:
-                gpu_id = ids.gpu_id(node_id=node_id, uuid=gpu.uuid, index=gpu.index, model=gpu.model, pci_bus_id=gpu.pci_bus_id, seen=ts)
-                gpu_rows.append((gpu_id, ts, *_gpu_metrics(gpu)))
-                xid_rows.extend((gpu_id, x.xid, x.ts) for x in gpu.xids)
-            for nic in sample.nics:
-                nic_id = ids.nic_id(node_id=node_id, device=nic.device, port=nic.port, seen=ts)
-                nic_rows.append((nic_id, ts, *_nic_metrics(nic)))
-        if gpu_rows:
-            conn.exec_driver_sql(self.gpu_sql, gpu_rows)
-        if nic_rows:
-            conn.exec_driver_sql(self.nic_sql, nic_rows)
-        if xid_rows:
-            conn.exec_driver_sql(self.xid_sql, xid_rows)
-        conn.execute(
+        self.gpu_insert = BulkInsert(dialect_name, schema.GpuSample.__table__)
+        self.nic_insert = BulkInsert(dialect_name, schema.NicSample.__table__)
+        self.xid_insert = BulkInsert(dialect_name, _XID_KEY)
+        greatest = func.max if dialect_name == "sqlite" else func.greatest
+        # Built once so that SQLAlchemy's compiled cache serves every batch.
+        self.touch_node = (
             update(schema.Node)
-            .where(schema.Node.id == node_id)
-            .values(
-                last_seen=func.max(schema.Node.last_seen, last_ts) if self.dialect_name == "sqlite" else func.greatest(schema.Node.last_seen, last_ts),
-                labels=dict(batch.labels),
-                agent=batch.agent.model_dump() if batch.agent else None,
-            )
+            .where(schema.Node.id == bindparam("node_id"))
+            .values(last_seen=greatest(schema.Node.last_seen, bindparam("seen")), labels=bindparam("labels"), agent=bindparam("agent"))
         )
-        return len(batch.samples)
+
+    def prepare(self, ids: IdResolver, batch: Batch) -> PreparedBatch:
+        """Rows for a batch. With an offline resolver this runs outside the transaction and
+        raises CacheMiss when a node, GPU or NIC is new."""
+        samples = batch["samples"]
+        stamps = [s["ts"] for s in samples] or [0.0]
+        node_id = ids.node_id(cluster=batch.get("cluster", DEFAULT_CLUSTER), name=batch["node"], seen=min(stamps))
+        gpu_rows, nic_rows, xid_rows = [], [], []
+        for sample in samples:
+            ts = sample["ts"]
+            for gpu in sample.get("gpus", ()):
+                gpu_id = ids.gpu_id(
+                    node_id=node_id, uuid=gpu["uuid"], index=gpu["index"], model=gpu.get("model"), pci_bus_id=gpu.get("pci_bus_id"), seen=ts
+                )
+                gpu_rows.append((gpu_id, ts, gpu.get("lost", False), *map(gpu.get, _GPU_READINGS)))
+                xid_rows.extend((gpu_id, x["xid"], x["ts"]) for x in gpu.get("xids", ()))
+            for nic in sample.get("nics", ()):
+                nic_id = ids.nic_id(node_id=node_id, device=nic["device"], port=nic["port"], seen=ts)
+                nic_rows.append((nic_id, ts, *map(nic.get, NIC_METRICS)))
+        touch = {"node_id": node_id, "seen": max(stamps), "labels": batch.get("labels", {}), "agent": batch.get("agent")}
+        return PreparedBatch(len(samples), touch, gpu_rows, nic_rows, xid_rows)
+
+    def insert(self, conn: Connection, prepared: PreparedBatch) -> int:
+        if prepared.samples:
+            self.gpu_insert.execute(conn, prepared.gpu_rows)
+            self.nic_insert.execute(conn, prepared.nic_rows)
+            self.xid_insert.execute(conn, prepared.xid_rows)
+            conn.execute(self.touch_node, prepared.touch)
+        return prepared.samples
 
 
-def _xid_table_without_id():
-    # The id is assigned by the database; the insert names only the natural key.
-    from sqlalchemy import Column, Float, Integer, MetaData, Table
-
-    return Table("xid_events", MetaData(), Column("gpu_id", Integer), Column("xid", Integer), Column("ts", Float))
+class PreparedBatch(NamedTuple):
+    samples: int
+    touch: dict[str, Any]
+    gpu_rows: list[tuple]
+    nic_rows: list[tuple]
+    xid_rows: list[tuple]

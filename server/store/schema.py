@@ -52,7 +52,9 @@ class Nic(Base):
 
 class GpuSample(Base):
     __tablename__ = "gpu_samples"
-    __table_args__ = (Index("ix_gpu_samples_ts", "ts"),)
+    # No index on ts alone: every reader (API, detector, retention) goes through the primary
+    # key (gpu_id, ts), and each extra index costs a b-tree insert per row on the ingest
+    # hot path (docs/performance.md).
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
@@ -91,7 +93,6 @@ class GpuSample(Base):
 
 class NicSample(Base):
     __tablename__ = "nic_samples"
-    __table_args__ = (Index("ix_nic_samples_ts", "ts"),)
 
     nic_id: Mapped[int] = mapped_column(ForeignKey("nics.id"), primary_key=True)
     ts: Mapped[float] = mapped_column(Float, primary_key=True)

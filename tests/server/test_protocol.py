@@ -119,7 +119,7 @@ def test_one_bad_sample_rejects_the_whole_request(post, db):
     [
         (b"", 400, "empty_body"),
         (b"{not json", 400, "json_invalid"),
-        (b"[1, 2, 3]", 422, "model_type"),
+        (b"[1, 2, 3]", 422, "dict_type"),
     ],
 )
 def test_malformed_json(post, raw, status, kind):

@@ -1,0 +1,342 @@
+"""laggard-agent: sample this node's GPUs and RDMA ports and push them to the collector.
+
+Every flag has an environment fallback so a DaemonSet can configure the agent from its
+pod spec; a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from agent import __version__
+from agent.push import MemoryQueue, Pusher
+from agent.runner import Runner, collect
+from agent.sample import NicSample, build_batch
+from agent.sysfs.infiniband import read_ib_ports
+
+log = logging.getLogger("agent")
+
+BATCH_SECONDS = 10.0
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_labels(items: list[str], origin: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{origin} {item!r}: expected KEY=VALUE, e.g. rack=r12")
+        labels[key] = value.strip()
+    return labels
+
+
+def parse_simulate(spec: str) -> tuple[str, int]:
+    """ "H100:8" -> ("H100", 8); "H100" -> ("H100", 8)."""
+    model, sep, count = spec.partition(":")
+    if not model.strip():
+        raise UsageError(f"--simulate {spec!r}: expected MODEL[:N], e.g. H100:8")
+    if not sep:
+        return model.strip(), 8
+    try:
+        n = int(count)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--simulate {spec!r}: N must be a positive number of GPUs")
+    return model.strip(), n
+
+
+def _env_number(env: dict[str, str], name: str, kind: type, default):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        what = "whole number" if kind is int else "number"
+        raise UsageError(f"{name}={raw!r} is not a {what}") from None
+
+
+def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="laggard-agent",
+        description="Sample GPUs (NVML) and InfiniBand/RoCE ports (sysfs) and push them to a Laggard collector.",
+    )
+    p.add_argument("--version", action="version", version=f"laggard-agent {__version__}")
+    p.add_argument("--collector", metavar="URL", default=env.get("LAGGARD_COLLECTOR_URL", "http://127.0.0.1:8080"),
+                   help="collector base URL (env LAGGARD_COLLECTOR_URL; default %(default)s)")
+    p.add_argument("--interval", metavar="SECONDS", type=float, default=None,
+                   help="seconds between samples (env LAGGARD_INTERVAL; default 5)")
+    p.add_argument("--node", default=None, help="node name (env NODE_NAME; default the hostname)")
+    p.add_argument("--cluster", default=env.get("LAGGARD_CLUSTER", "default"),
+                   help="cluster name (env LAGGARD_CLUSTER; default %(default)s)")
+    p.add_argument("--label", metavar="KEY=VALUE", action="append", default=[],
+                   help="node label, repeatable (env LAGGARD_LABELS=k=v,k2=v2; flags win per key)")
+    p.add_argument("--sysfs-root", default=env.get("LAGGARD_SYSFS_ROOT", "/sys"),
+                   help="where sysfs is mounted (env LAGGARD_SYSFS_ROOT; default %(default)s)")
+    p.add_argument("--batch", metavar="N", type=int, default=None,
+                   help="samples per request (env LAGGARD_BATCH; default: about 10 s worth, "
+                        "e.g. 2 at --interval 5, 10 at --interval 1)")
+    p.add_argument("--max-queue", metavar="N", type=int, default=None,
+                   help="samples kept while the collector is unreachable; oldest dropped first "
+                        "(env LAGGARD_MAX_QUEUE; default 720)")
+    p.add_argument("--token", default=env.get("LAGGARD_TOKEN") or None,
+                   help="bearer token for the collector (env LAGGARD_TOKEN)")
+    p.add_argument("--once", action="store_true", help="take one sample, print it as a v1 batch, exit; no push")
+    p.add_argument("--output", metavar="PATH", default=None,
+                   help="with --once: where to write the JSON ('-' = stdout, the default); implies --once")
+    p.add_argument("--simulate", metavar="MODEL[:N]", default=env.get("LAGGARD_SIMULATE") or None,
+                   help="use a simulated NVML library with N GPUs of MODEL (e.g. H100:8) and a simulated "
+                        "IB tree instead of the real ones")
+    p.add_argument("--fault", metavar="SPEC", action="append", default=[],
+                   help="with --simulate: inject a fault, repeatable (e.g. gpu3:thermal, ib2:down)")
+    p.add_argument("--log-level", default=env.get("LAGGARD_LOG_LEVEL", "INFO"),
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                   help="(env LAGGARD_LOG_LEVEL; default %(default)s)")
+    return p
+
+
+@dataclass
+class Config:
+    collector: str
+    interval: float
+    node: str
+    cluster: str
+    labels: dict[str, str]
+    sysfs_root: str
+    batch: int
+    max_queue: int
+    token: str | None
+    once: bool
+    output: str
+    simulate: tuple[str, int] | None
+    faults: list[str] = field(default_factory=list)
+    log_level: str = "INFO"
+
+
+def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
+    """Flags over environment over defaults; exits with status 2 and a message on bad input."""
+    env = dict(os.environ if env is None else env)
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    try:
+        interval = args.interval if args.interval is not None else _env_number(env, "LAGGARD_INTERVAL", float, 5.0)
+        if not interval > 0:
+            raise UsageError(f"--interval {interval:g}: must be a positive number of seconds")
+        # ~10 s per request whatever the interval: bounded latency, few requests per node.
+        default_batch = max(1, round(BATCH_SECONDS / interval))
+        batch = args.batch if args.batch is not None else _env_number(env, "LAGGARD_BATCH", int, default_batch)
+        if batch < 1:
+            raise UsageError(f"--batch {batch}: must be at least 1")
+        max_queue = args.max_queue if args.max_queue is not None else _env_number(env, "LAGGARD_MAX_QUEUE", int, 720)
+        if max_queue < 1:
+            raise UsageError(f"--max-queue {max_queue}: must be at least 1")
+        env_labels = [s for s in env.get("LAGGARD_LABELS", "").split(",") if s.strip()]
+        labels = parse_labels(env_labels, "LAGGARD_LABELS item")
+        labels.update(parse_labels(args.label, "--label"))
+        if not args.collector.startswith(("http://", "https://")):
+            raise UsageError(f"--collector {args.collector!r}: expected an http:// or https:// URL")
+        simulate = parse_simulate(args.simulate) if args.simulate else None
+        if args.fault and simulate is None:
+            raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
+    except UsageError as exc:
+        parser.error(str(exc))
+    node = args.node or env.get("NODE_NAME") or socket.gethostname()
+    return Config(
+        collector=args.collector, interval=interval, node=node, cluster=args.cluster, labels=labels,
+        sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=args.token,
+        once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
+        faults=list(args.fault), log_level=args.log_level,
+    )
+
+
+# --- sources --------------------------------------------------------------------------
+
+
+class NvmlUnavailable(Exception):
+    pass
+
+
+def open_real_gpus():
+    """NvmlGpuSource on the real driver; NvmlUnavailable with advice when there is none."""
+    import pynvml
+
+    from agent.nvml.source import NvmlGpuSource
+
+    try:
+        return NvmlGpuSource()
+    except pynvml.NVMLError as err:
+        if err.value in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
+            raise NvmlUnavailable(
+                f"cannot use NVML ({err}): is the NVIDIA driver installed and libnvidia-ml.so.1 "
+                "visible to the agent? To try the agent without GPUs, run with --simulate H100:8"
+            ) from None
+        raise
+
+
+@dataclass
+class Sources:
+    """What a node loop reads from, plus how to release it."""
+
+    gpus: object  # has read(ts) -> list[GpuSample], driver_version(), cuda_version()
+    read_nics: Callable[[float], list[NicSample]]
+    close: Callable[[], None]
+
+
+def real_sources(cfg: Config) -> Sources:
+    gpus = open_real_gpus()
+    return Sources(gpus, lambda ts: read_ib_ports(cfg.sysfs_root), gpus.close)
+
+
+def simulated_sources(model: str, count: int, faults: list[str], *, node: str = "sim-node") -> Sources:
+    """Simulated GPUs (a fake libnvidia-ml under the real pynvml) and a simulated IB tree.
+
+    Both are seeded by the node name, so a node simulates the same way every run.
+    """
+    from agent.sim.infiniband import SimIbTree, is_ib_fault, parse_ib_fault
+
+    ib_faults = [parse_ib_fault(f) for f in faults if is_ib_fault(f)]
+    gpu_faults = [f for f in faults if not is_ib_fault(f)]
+    # tmpfs when there is one: the simulator rewrites counter files every sample.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    ib_root = tempfile.mkdtemp(prefix="laggard-sim-ib-", dir=shm)
+    try:
+        tree = SimIbTree(ib_root, devices=8, seed=node)
+        for fault in ib_faults:
+            tree.inject(fault)
+        gpus = SimulatedGpus(model, count, gpu_faults, node=node)
+    except BaseException:
+        shutil.rmtree(ib_root, ignore_errors=True)
+        raise
+
+    def read_nics(ts: float) -> list[NicSample]:
+        tree.advance(ts)
+        return read_ib_ports(ib_root)
+
+    def close() -> None:
+        gpus.close()
+        shutil.rmtree(ib_root, ignore_errors=True)
+
+    return Sources(gpus, read_nics, close)
+
+
+class SimulatedGpus:
+    """NvmlGpuSource over a simulated node, moved to each sample's time before reading."""
+
+    def __init__(self, model: str, count: int, faults: list[str], *, node: str) -> None:
+        from agent.nvml.source import NvmlGpuSource
+        from agent.sim.gpu import SimNode
+        from agent.sim.install import install_simulated_nvml, uninstall_simulated_nvml
+        from agent.sim.libnvml import SimNvmlLib
+
+        self.node = SimNode(name=node, model=model, gpus=count, faults=list(faults))
+        self.lib = SimNvmlLib(default_node=self.node)
+        install_simulated_nvml(self.lib)
+        self._uninstall = uninstall_simulated_nvml
+        try:
+            self.source = NvmlGpuSource()
+        except BaseException:
+            uninstall_simulated_nvml()
+            raise
+
+    def read(self, ts: float):
+        with self.lib.node(self.node, at=ts):
+            return self.source.read(ts)
+
+    def driver_version(self) -> str | None:
+        return self.source.driver_version()
+
+    def cuda_version(self) -> str | None:
+        return self.source.cuda_version()
+
+    def close(self) -> None:
+        self.source.close()
+        self._uninstall()
+
+
+# --- main -----------------------------------------------------------------------------
+
+
+def agent_info(gpus) -> dict[str, str | None]:
+    def ask(name: str) -> str | None:
+        try:
+            return getattr(gpus, name)()
+        except Exception:
+            return None
+
+    return {"version": __version__, "driver": ask("driver_version"), "cuda": ask("cuda_version")}
+
+
+def write_once(cfg: Config, sources: Sources) -> None:
+    sample = collect(time.time(), sources.gpus, sources.read_nics)
+    body = build_batch([sample], node=cfg.node, cluster=cfg.cluster, labels=cfg.labels,
+                       agent_info=agent_info(sources.gpus))
+    text = json.dumps(body, indent=2) + "\n"
+    if cfg.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with open(cfg.output, "w") as f:
+            f.write(text)
+
+
+def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
+    pusher = Pusher(
+        cfg.collector, node=cfg.node, cluster=cfg.cluster, labels=cfg.labels, agent_info=agent_info(sources.gpus),
+        token=cfg.token, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
+        queue=MemoryQueue(cfg.max_queue),
+    ).start()
+    runner = Runner(sources.gpus, pusher, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)
+    log.info("laggard-agent %s: node=%s cluster=%s collector=%s interval=%gs batch=%d%s",
+             __version__, cfg.node, cfg.cluster, cfg.collector, cfg.interval, cfg.batch,
+             f" simulate={cfg.simulate[0]}:{cfg.simulate[1]}" if cfg.simulate else "")
+    try:
+        runner.run()
+    finally:
+        pusher.close()
+        log.info("stopped: %d samples sent, %d rejected, %d dropped from the queue",
+                 pusher.stats.sent_samples, pusher.stats.rejected_samples, pusher.dropped)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(argv)
+    logging.basicConfig(level=cfg.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        sources = (simulated_sources(*cfg.simulate, cfg.faults, node=cfg.node) if cfg.simulate
+                   else real_sources(cfg))
+    except (NvmlUnavailable, UsageError, ValueError) as exc:
+        print(f"laggard-agent: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, (UsageError, ValueError)) else 1
+    try:
+        if cfg.once:
+            write_once(cfg, sources)
+            return 0
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        run_forever(cfg, sources, stop)
+        return 0
+    finally:
+        sources.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Ingest benchmark (docs/performance.md).
+
+End to end: a collector process (`laggard server`) on a fresh database, and concurrent keep-alive
+clients pushing pre-encoded gzip bodies of a simulated fleet. Reports GPU-samples/s committed and
+p50/p99 request latency. In the same run, the floor: one process, no HTTP, the same bodies
+decoded (gunzip + JSON) and inserted with executemany into the same kind of database, one
+transaction per body. Prints the ratio.
+
+    python bench/ingest.py                      # SQLite
+    python bench/ingest.py --database-url postgresql://postgres@127.0.0.1:5432/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bodies import fleet_bodies  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=64)
+    p.add_argument("--requests-per-node", type=int, default=8)
+    p.add_argument("--samples-per-request", type=int, default=10)
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--workers", type=int, default=1, help="collector worker processes")
+    p.add_argument("--database-url", default=None, help="default: a fresh SQLite file in a temp dir")
+    p.add_argument("--rounds", type=int, default=3, help="end-to-end and floor are alternated this many times; medians reported")
+    args = p.parse_args()
+
+    t0 = time.time() - 86400
+    bodies = fleet_bodies(nodes=args.nodes, requests_per_node=args.requests_per_node,
+                          samples_per_request=args.samples_per_request, t0=t0)
+    gpu_samples = sum(_gpu_samples(b) for b in bodies)
+    print(f"{len(bodies)} bodies, {gpu_samples} GPU-samples, {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB gzip each")
+
+    e2e, floor, p50s, p99s = [], [], [], []
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            url = args.database_url and _fresh_pg(args.database_url, f"e2e{r}") or f"sqlite:///{tmp}/e2e.db"
+            rate, lat = run_end_to_end(bodies, url, clients=args.clients, workers=args.workers, gpu_samples=gpu_samples)
+            e2e.append(rate)
+            p50s.append(lat[0])
+            p99s.append(lat[1])
+            url = args.database_url and _fresh_pg(args.database_url, f"floor{r}") or f"sqlite:///{tmp}/floor.db"
+            floor.append(run_floor(bodies, url, gpu_samples=gpu_samples))
+        print(f"round {r + 1}: end-to-end {e2e[-1]:,.0f} GPU-samples/s (p50 {p50s[-1]:.1f} ms, p99 {p99s[-1]:.1f} ms); "
+              f"floor {floor[-1]:,.0f} GPU-samples/s")
+    med_e2e, med_floor = statistics.median(e2e), statistics.median(floor)
+    print(f"median end-to-end: {med_e2e:,.0f} GPU-samples/s; p50 {statistics.median(p50s):.1f} ms; p99 {statistics.median(p99s):.1f} ms")
+    print(f"median floor:      {med_floor:,.0f} GPU-samples/s")
+    print(f"ratio end-to-end / floor: {med_e2e / med_floor:.2f}")
+    return 0
+
+
+def _gpu_samples(body: bytes) -> int:
+    return sum(len(s["gpus"]) for s in json.loads(gzip.decompress(body))["samples"])
+
+
+def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, workers: int, gpu_samples: int) -> tuple[float, tuple[float, float]]:
+    port = _free_port()
+    env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers)}
+    server = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env)
+    try:
+        _wait_ready(port)
+        # Warm-up: register the fleet's nodes and GPUs so the timed part measures steady state.
+        latencies: list[float] = []
+        _post_all(bodies[: min(len(bodies), 64)], port, clients, [])
+        timed = bodies[64:] if len(bodies) > 128 else bodies
+        timed_samples = gpu_samples * len(timed) // len(bodies)
+        per_process0 = {p: _cpu_seconds_of(p) for p in [server.pid, *_children(server.pid)]}
+        server_cpu0, client_cpu0 = _cpu_seconds(server.pid), time.process_time()
+        start = time.perf_counter()
+        _post_all(timed, port, clients, latencies)
+        elapsed = time.perf_counter() - start
+        server_cpu = (_cpu_seconds(server.pid) - server_cpu0) / elapsed
+        client_cpu = (time.process_time() - client_cpu0) / elapsed
+        per_process = [(_cpu_seconds_of(p) - c0) / elapsed for p, c0 in per_process0.items()]
+        print(f"  cpu during the timed part: collector {server_cpu:.2f} cores "
+              f"({' + '.join(f'{c:.2f}' for c in per_process)} by process), load generator {client_cpu:.2f} cores")
+    finally:
+        server.terminate()
+        server.wait(30)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    return timed_samples / elapsed, (p50, p99)
+
+
+def _post_all(bodies: list[bytes], port: int, clients: int, latencies: list[float]) -> None:
+    work = iter(bodies)
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        while True:
+            with lock:
+                body = next(work, None)
+            if body is None:
+                break
+            t = time.perf_counter()
+            conn.request("POST", "/api/v1/samples", body=body, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+            dt = time.perf_counter() - t
+            if resp.status != 200:
+                errors.append(f"{resp.status} {payload[:200]!r}")
+            with lock:
+                latencies.append(dt)
+        conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(f"{len(errors)} requests failed, first: {errors[0]}")
+
+
+def run_floor(bodies: list[bytes], database_url: str, *, gpu_samples: int) -> float:
+    """No HTTP, no validation: gunzip + json.loads + executemany, one transaction per body."""
+    from server.protocol import GPU_METRICS, NIC_METRICS
+    from server.store import migrate
+    from server.store.dialect import positional_insert_ignore_sql
+    from server.store.engine import make_engine
+    from server.store.schema import GpuSample, NicSample
+
+    engine = make_engine(database_url)
+    migrate.upgrade(engine)
+    gpu_sql = positional_insert_ignore_sql(engine.dialect.name, GpuSample.__table__)
+    nic_sql = positional_insert_ignore_sql(engine.dialect.name, NicSample.__table__)
+    raw = engine.raw_connection()
+    _FLOOR_NODES.clear()
+    gpu_ids: dict[str, int] = {}
+    nic_ids: dict[tuple[str, str], int] = {}
+    try:
+        warm = bodies[: min(len(bodies), 64)]
+        timed = bodies[64:] if len(bodies) > 128 else bodies
+        for body in warm:
+            _floor_insert(raw, body, gpu_sql, nic_sql, gpu_ids, nic_ids, GPU_METRICS, NIC_METRICS)
+        start = time.perf_counter()
+        for body in timed:
+            _floor_insert(raw, body, gpu_sql, nic_sql, gpu_ids, nic_ids, GPU_METRICS, NIC_METRICS)
+        elapsed = time.perf_counter() - start
+    finally:
+        raw.close()
+        engine.dispose()
+    return gpu_samples * len(timed) // len(bodies) / elapsed
+
+
+def _floor_insert(raw, body, gpu_sql, nic_sql, gpu_ids, nic_ids, gpu_metrics, nic_metrics) -> None:
+    # The floor still needs inventory rows for the foreign keys: numbered in memory, inserted once.
+    doc = json.loads(gzip.decompress(body))
+    cur = raw.cursor()
+    gpu_rows, nic_rows = [], []
+    for s in doc["samples"]:
+        ts = s["ts"]
+        for g in s["gpus"]:
+            gid = gpu_ids.get(g["uuid"])
+            if gid is None:
+                gid = gpu_ids[g["uuid"]] = _register(cur, "gpus", doc["node"], g["uuid"], len(gpu_ids) + 1, ts)
+            gpu_rows.append((gid, ts, False, *[g.get(m) for m in gpu_metrics[1:]]))
+        for n in s["nics"]:
+            key = (doc["node"], n["device"])
+            nid = nic_ids.get(key)
+            if nid is None:
+                nid = nic_ids[key] = _register(cur, "nics", doc["node"], n["device"], len(nic_ids) + 1, ts)
+            nic_rows.append((nid, ts, *[n.get(m) for m in nic_metrics]))
+    cur.executemany(gpu_sql, gpu_rows)
+    cur.executemany(nic_sql, nic_rows)
+    raw.commit()
+
+
+_FLOOR_NODES: dict[str, int] = {}
+
+
+def _register(cur, table: str, node: str, key: str, new_id: int, ts: float) -> int:
+    ph = "?" if type(cur).__module__.startswith("sqlite3") else "%s"
+    node_id = _FLOOR_NODES.get(node)
+    if node_id is None:
+        node_id = _FLOOR_NODES[node] = len(_FLOOR_NODES) + 1
+        cur.execute(f"INSERT INTO nodes (id, cluster, name, labels, first_seen, last_seen) VALUES ({ph}, 'bench', {ph}, '{{}}', {ph}, {ph})", (node_id, node, ts, ts))
+    if table == "gpus":
+        cur.execute(f'INSERT INTO gpus (id, uuid, node_id, "index", first_seen) VALUES ({ph}, {ph}, {ph}, 0, {ph})', (new_id, key, node_id, ts))
+    else:
+        cur.execute(f"INSERT INTO nics (id, node_id, device, port, first_seen) VALUES ({ph}, {ph}, {ph}, 1, {ph})", (new_id, node_id, key, ts))
+    return new_id
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its children still running (uvicorn workers)."""
+    return sum(_cpu_seconds_of(p) for p in [pid, *_children(pid)])
+
+
+def _cpu_seconds_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [g for k in kids for g in _children(k)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("collector did not become ready")
+
+
+def _fresh_pg(admin_url: str, suffix: str) -> str:
+    import psycopg
+
+    name = f"laggard_bench_{suffix}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+if __name__ == "__main__":
+    sys.exit(main())
