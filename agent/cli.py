@@ -10,11 +10,9 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -204,70 +202,17 @@ def real_sources(cfg: Config) -> Sources:
     return Sources(gpus, lambda ts: read_ib_ports(cfg.sysfs_root), gpus.close)
 
 
-def simulated_sources(model: str, count: int, faults: list[str], *, node: str = "sim-node") -> Sources:
-    """Simulated GPUs (a fake libnvidia-ml under the real pynvml) and a simulated IB tree.
+def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -> Sources:
+    """A one-node simulated fleet: fake libnvidia-ml under the real pynvml, simulated IB tree."""
+    from agent.sim.fleet import SimFleet
 
-    Both are seeded by the node name, so a node simulates the same way every run.
-    """
-    from agent.sim.infiniband import SimIbTree, is_ib_fault, parse_ib_fault
-
-    ib_faults = [parse_ib_fault(f) for f in faults if is_ib_fault(f)]
-    gpu_faults = [f for f in faults if not is_ib_fault(f)]
-    # tmpfs when there is one: the simulator rewrites counter files every sample.
-    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    ib_root = tempfile.mkdtemp(prefix="laggard-sim-ib-", dir=shm)
+    fleet = SimFleet()
     try:
-        tree = SimIbTree(ib_root, devices=8, seed=node)
-        for fault in ib_faults:
-            tree.inject(fault)
-        gpus = SimulatedGpus(model, count, gpu_faults, node=node)
+        sim = fleet.add_node(node, model=model, gpus=count, faults=faults)
     except BaseException:
-        shutil.rmtree(ib_root, ignore_errors=True)
+        fleet.close()
         raise
-
-    def read_nics(ts: float) -> list[NicSample]:
-        tree.advance(ts)
-        return read_ib_ports(ib_root)
-
-    def close() -> None:
-        gpus.close()
-        shutil.rmtree(ib_root, ignore_errors=True)
-
-    return Sources(gpus, read_nics, close)
-
-
-class SimulatedGpus:
-    """NvmlGpuSource over a simulated node, moved to each sample's time before reading."""
-
-    def __init__(self, model: str, count: int, faults: list[str], *, node: str) -> None:
-        from agent.nvml.source import NvmlGpuSource
-        from agent.sim.gpu import SimNode
-        from agent.sim.install import install_simulated_nvml, uninstall_simulated_nvml
-        from agent.sim.libnvml import SimNvmlLib
-
-        self.node = SimNode(name=node, model=model, gpus=count, faults=list(faults))
-        self.lib = SimNvmlLib(default_node=self.node)
-        install_simulated_nvml(self.lib)
-        self._uninstall = uninstall_simulated_nvml
-        try:
-            self.source = NvmlGpuSource()
-        except BaseException:
-            uninstall_simulated_nvml()
-            raise
-
-    def read(self, ts: float):
-        with self.lib.node(self.node, at=ts):
-            return self.source.read(ts)
-
-    def driver_version(self) -> str | None:
-        return self.source.driver_version()
-
-    def cuda_version(self) -> str | None:
-        return self.source.cuda_version()
-
-    def close(self) -> None:
-        self.source.close()
-        self._uninstall()
+    return Sources(sim, sim.read_nics, fleet.close)
 
 
 # --- main -----------------------------------------------------------------------------

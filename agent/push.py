@@ -3,8 +3,8 @@
 Samples wait in a bounded queue (oldest dropped first, counted) until a batch is full or
 its oldest sample is `max_delay` seconds old. A batch leaves the queue only once the
 collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
-logged). Anything else (429, 5xx, connection errors) is retried with capped exponential
-backoff and jitter, and each retry re-reads the queue head, so samples that aged out
+logged). A 415 switches gzip off for later requests. Anything else (429, 5xx,
+connection errors) is retried with capped exponential backoff and jitter, and each retry re-reads the queue head, so samples that aged out
 while the collector was away are not resent.
 
 `SampleQueue` is the seam for the durable on-disk spool that replaces MemoryQueue later.
@@ -116,11 +116,8 @@ class Pusher:
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.compresslevel = compresslevel
         self.stats = PushStats()
-        headers = {
-            "Content-Type": "application/json",
-            "Content-Encoding": "gzip",
-            "User-Agent": f"laggard-agent/{__version__}",
-        }
+        self.use_gzip = True
+        headers = {"Content-Type": "application/json", "User-Agent": f"laggard-agent/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._client = httpx.Client(headers=headers, timeout=timeout)
@@ -150,8 +147,8 @@ class Pusher:
         # deep-copies every field and was most of the agent's encoding CPU. The output
         # is the same (tests/agent/test_push.py compares it with build_batch).
         body["samples"] = samples
-        text = json.dumps(body, separators=(",", ":"), default=_dataclass_fields)
-        return gzip.compress(text.encode(), self.compresslevel)
+        data = json.dumps(body, separators=(",", ":"), default=_dataclass_fields).encode()
+        return gzip.compress(data, self.compresslevel) if self.use_gzip else data
 
     def send_once(self) -> float | None:
         """Send one batch from the queue head.
@@ -166,7 +163,16 @@ class Pusher:
         last_seq = head[-1][0]
         retry_after: float | None = None
         try:
-            resp = self._client.post(self.url, content=self.encode(samples))
+            content = self.encode(samples)
+        except (TypeError, ValueError) as exc:  # a bug, not the network: retrying cannot help
+            self._settled(last_seq)
+            self.stats.rejected_batches += 1
+            self.stats.rejected_samples += len(samples)
+            log.error("cannot encode %d samples, dropping them: %s", len(samples), exc)
+            return None
+        headers = {"Content-Encoding": "gzip"} if self.use_gzip else None
+        try:
+            resp = self._client.post(self.url, content=content, headers=headers)
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}"
         else:
@@ -176,6 +182,11 @@ class Pusher:
                 self.stats.sent_samples += len(samples)
                 self._check_accepted(resp, len(samples))
                 return None
+            if resp.status_code == 415 and self.use_gzip:
+                # Something on the way refuses gzip: send uncompressed from now on.
+                log.warning("collector refused gzip (HTTP 415); sending uncompressed")
+                self.use_gzip = False
+                return 0.0
             if resp.status_code in PERMANENT_STATUSES:
                 self._settled(last_seq)
                 self.stats.rejected_batches += 1

@@ -14,7 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # One line per HTTP request from the demo's agents would drown the progress lines.
+    for noisy in ("alembic.runtime.plugins", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     return args.run(args)
 
 

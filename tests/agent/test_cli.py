@@ -216,3 +216,4 @@ def test_runner_stops_promptly_and_survives_reader_errors():
     thread.join(timeout=1)
     assert not thread.is_alive()
     assert sink.samples and all(s.gpus == [] and s.nics == [] for s in sink.samples)
+

@@ -254,3 +254,28 @@ def test_retry_resends_current_head_after_overflow(collector):
     p.close()
     temps = [[s["gpus"][0]["temp_c"] for s in r["json"]["samples"]] for r in collector.requests]
     assert temps == [[40.0, 41.0], [41.0, 42.0], [43.0]]
+
+
+def test_415_falls_back_to_uncompressed(collector):
+    collector.script = [(415, {"detail": "gzip not accepted"}, {})]
+    p = make_pusher(collector.url, batch_size=1)
+    p.submit(make_sample(0))
+    assert p.send_once() == 0.0
+    assert p.send_once() is None
+    p.close()
+    first, second = collector.requests
+    assert first["headers"]["Content-Encoding"] == "gzip"
+    assert "Content-Encoding" not in second["headers"]
+    assert second["json"] == first["json"]
+
+
+def test_unencodable_batch_is_dropped_not_retried(collector, caplog):
+    p = make_pusher(collector.url, batch_size=1)
+    p.submit(Sample(ts=time.time(), gpus=[object()]))
+    p.submit(make_sample(1))
+    with caplog.at_level(logging.ERROR, logger="agent.push"):
+        assert p.send_once() is None
+    assert "cannot encode" in caplog.text
+    assert p.send_once() is None
+    p.close()
+    assert p.stats.rejected_samples == 1 and collector.batch_sizes() == [1]

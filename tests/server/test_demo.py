@@ -1,0 +1,55 @@
+"""`laggard demo`, as a user runs it: a subprocess, real HTTP, the simulated fleet reporting."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_demo_fleet_reports_through_the_collector(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "demo", "--nodes", "4", "--gpus", "8", "--interval", "1", "--duration", "30", "--port", str(port)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 25
+        nodes = []
+        while time.monotonic() < deadline:
+            try:
+                nodes = httpx.get(f"{url}/api/v1/nodes", timeout=5).json()["nodes"]
+            except httpx.HTTPError:
+                nodes = []
+            if len(nodes) == 4 and all(n["gpu_count"] == 8 for n in nodes):
+                break
+            time.sleep(0.5)
+        assert sorted(n["node"] for n in nodes) == [f"gpu-node-{i:03d}" for i in range(4)]
+        assert {n["cluster"] for n in nodes} == {"demo"}
+        detail = httpx.get(f"{url}/api/v1/nodes/gpu-node-002").json()
+        # Node 2 runs hot on GPU 5 (an injected thermal fault): its reason bits say so.
+        gpu5 = detail["gpus"][5]["latest"]
+        assert gpu5["clocks_event_reasons"] & (0x20 | 0x40)
+        assert detail["gpus"][0]["latest"]["clocks_event_reasons"] & (0x20 | 0x40) == 0
+        assert len(detail["nics"]) == 8 and detail["nics"][0]["latest"]["state"] == "ACTIVE"
+        assert (tmp_path / "laggard-demo.db").exists()
+        time.sleep(2.5)  # at least one progress line
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert "laggard demo" in out.lower() or "Laggard demo" in out
+    assert re.search(r"nodes reporting 4/4", out), out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert proc.returncode == 0 and "stopped." in out
