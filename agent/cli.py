@@ -101,7 +101,7 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                    help="with --once: where to write the JSON ('-' = stdout, the default); implies --once")
     p.add_argument("--simulate", metavar="MODEL[:N]", default=env.get("LAGGARD_SIMULATE") or None,
                    help="use a simulated NVML library with N GPUs of MODEL (e.g. H100:8) and a simulated "
-                        "IB tree instead of the real ones")
+                        "IB tree instead of the real ones (env LAGGARD_SIMULATE)")
     p.add_argument("--fault", metavar="SPEC", action="append", default=[],
                    help="with --simulate: inject a fault, repeatable (e.g. gpu3:thermal, ib2:down)")
     p.add_argument("--log-level", default=env.get("LAGGARD_LOG_LEVEL", "INFO"),
@@ -185,7 +185,7 @@ def open_real_gpus():
                 f"cannot use NVML ({err}): is the NVIDIA driver installed and libnvidia-ml.so.1 "
                 "visible to the agent? To try the agent without GPUs, run with --simulate H100:8"
             ) from None
-        raise
+        raise NvmlUnavailable(f"NVML initialisation failed: {err}") from None
 
 
 @dataclass
@@ -204,8 +204,14 @@ def real_sources(cfg: Config) -> Sources:
 
 def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -> Sources:
     """A one-node simulated fleet: fake libnvidia-ml under the real pynvml, simulated IB tree."""
+    from agent.sim.faults import parse_fault_spec
     from agent.sim.fleet import SimFleet
+    from agent.sim.infiniband import is_ib_fault
 
+    for spec in faults:
+        gpu = None if is_ib_fault(spec) else parse_fault_spec(spec).gpu
+        if gpu is not None and gpu >= count:
+            raise UsageError(f"--fault {spec!r}: there is no GPU {gpu} (simulating {count}: gpu0..gpu{count - 1})")
     fleet = SimFleet()
     try:
         sim = fleet.add_node(node, model=model, gpus=count, faults=faults)
@@ -263,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)
     logging.basicConfig(level=cfg.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: one line per push is noise in a node's journal.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         sources = (simulated_sources(*cfg.simulate, cfg.faults, node=cfg.node) if cfg.simulate
                    else real_sources(cfg))
@@ -271,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(exc, (UsageError, ValueError)) else 1
     try:
         if cfg.once:
-            write_once(cfg, sources)
+            try:
+                write_once(cfg, sources)
+            except OSError as exc:
+                print(f"laggard-agent: error: cannot write {cfg.output}: {exc.strerror}", file=sys.stderr)
+                return 1
             return 0
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():

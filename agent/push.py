@@ -4,8 +4,9 @@ Samples wait in a bounded queue (oldest dropped first, counted) until a batch is
 its oldest sample is `max_delay` seconds old. A batch leaves the queue only once the
 collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
 logged). A 415 switches gzip off for later requests. Anything else (429, 5xx,
-connection errors) is retried with capped exponential backoff and jitter, and each retry re-reads the queue head, so samples that aged out
-while the collector was away are not resent.
+connection errors) is retried, without limit while the agent runs, after a capped
+exponential backoff with jitter (honouring Retry-After up to the cap). Each retry re-reads
+the queue head, so samples that aged out while the collector was away are not resent.
 
 `SampleQueue` is the seam for the durable on-disk spool that replaces MemoryQueue later.
 """
@@ -16,6 +17,7 @@ import collections
 import dataclasses
 import functools
 import gzip
+import itertools
 import json
 import logging
 import random
@@ -66,7 +68,7 @@ class MemoryQueue:
 
     def peek(self, n: int) -> list[tuple[int, Sample]]:
         with self._lock:
-            return [self._items[i] for i in range(min(n, len(self._items)))]
+            return list(itertools.islice(self._items, n))
 
     def ack(self, upto_seq: int) -> None:
         with self._lock:

@@ -28,20 +28,31 @@ class SampleSink(Protocol):
     def submit(self, sample: Sample) -> None: ...
 
 
-def collect(ts: float, source: GpuSource | None, read_nics: Callable[[float], list[NicSample]]) -> Sample:
-    """One sample; a failing reader costs its half of the sample, not the whole."""
-    gpus: list[GpuSample] = []
-    nics: list[NicSample] = []
-    if source is not None:
-        try:
-            gpus = source.read(ts)
-        except Exception:
-            log.exception("GPU read failed")
+def collect(ts: float, source: GpuSource | None, read_nics: Callable[[float], list[NicSample]],
+            failing: set[str] | None = None) -> Sample:
+    """One sample; a failing reader costs its half of the sample, not the whole.
+
+    `failing` (kept by the caller across samples) logs a reader that keeps failing once,
+    and again when it recovers, instead of once per tick.
+    """
+    gpus = _guarded("GPU", lambda: source.read(ts), failing) if source is not None else None
+    nics = _guarded("NIC", lambda: read_nics(ts), failing)
+    return Sample(ts=ts, gpus=gpus or [], nics=nics or [])
+
+
+def _guarded(what: str, read: Callable[[], list], failing: set[str] | None) -> list | None:
     try:
-        nics = read_nics(ts)
+        result = read()
     except Exception:
-        log.exception("NIC read failed")
-    return Sample(ts=ts, gpus=gpus, nics=nics)
+        if failing is None or what not in failing:
+            log.exception("%s read failed%s", what, "" if failing is None else "; logged again when it recovers")
+        if failing is not None:
+            failing.add(what)
+        return None
+    if failing is not None and what in failing:
+        failing.discard(what)
+        log.info("%s read recovered", what)
+    return result
 
 
 class Runner:
@@ -65,6 +76,7 @@ class Runner:
         self.stop = stop or threading.Event()
         self.clock = clock
         self.ticks = 0
+        self._failing: set[str] = set()
         self.skipped = 0
 
     def run(self, max_ticks: int | None = None) -> None:
@@ -79,7 +91,7 @@ class Runner:
                 continue
             if self.stop.wait(max(0.0, wait)):
                 break
-            self.sink.submit(collect(k * self.interval, self.source, self.read_nics))
+            self.sink.submit(collect(k * self.interval, self.source, self.read_nics, self._failing))
             self.ticks += 1
             if max_ticks is not None and self.ticks >= max_ticks:
                 break

@@ -14,7 +14,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from server import __version__
-from server.api import gpus, health, nodes, samples
+from server.api import gpus, health, nodes, samples, stragglers
+from server.detect.service import DetectionService
 from server.errors import ApiError
 from server.protocol import BATCH
 from server.settings import Settings
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
     app.state.settings = settings
-    for module in (samples, nodes, gpus, health):
+    for module in (samples, nodes, gpus, stragglers, health):
         app.include_router(module.router)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(Exception, _unexpected_error)
@@ -52,11 +53,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     writer.start()
     app.state.engine = engine
     app.state.writer = writer
+    detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s)
+    if settings.detection_enabled:
+        detection.start()
+    app.state.detection = detection
     retention = asyncio.create_task(_retention_loop(settings, engine))
     try:
         yield
     finally:
         retention.cancel()
+        await asyncio.to_thread(detection.stop)
         with contextlib.suppress(asyncio.CancelledError):
             await retention
         # Requests still waiting on the writer get their commit before the engine goes away.

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from server import cli_stragglers
 from server.settings import Settings
 
 
@@ -46,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--database-url", default=None, help="default: sqlite file laggard-demo.db in the working directory")
     demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: until Ctrl-C)")
     demo.set_defaults(run=_run_demo)
+
+    cli_stragglers.add_parser(sub)
     return parser
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server.detect.settings import DetectionSettings
+
 MIB = 1024 * 1024
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LAGGARD_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="LAGGARD_", env_nested_delimiter="__", extra="ignore")
 
     database_url: str = Field(
         "sqlite:///laggard.db",
@@ -25,6 +27,10 @@ class Settings(BaseSettings):
 
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
+
+    detection: DetectionSettings = Field(default_factory=DetectionSettings)
+    detection_enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
+    detection_poll_s: float = Field(0.2, description="How often the detector looks for newly committed samples.")
 
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")

@@ -12,11 +12,12 @@ from server.settings import Settings
 from server.store.writer import IngestWriter
 
 
-def _settings(request: Request) -> Settings:
+# async: FastAPI would run a plain-def dependency on its thread pool, a needless hand-off.
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _writer(request: Request) -> IngestWriter:
+async def _writer(request: Request) -> IngestWriter:
     return request.app.state.writer
 
 

@@ -23,3 +23,10 @@ def positional_insert_ignore_sql(dialect_name: str, table: Table) -> str:
     quoted = ", ".join(f'"{c}"' for c in columns)
     marks = ", ".join(placeholder for _ in columns)
     return f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks}) ON CONFLICT DO NOTHING'
+
+
+def upsert(dialect_name: str, table: Table, values: dict, *, key: str):
+    """INSERT ... ON CONFLICT (key) DO UPDATE: set-or-replace a row by its key."""
+    module = postgresql if dialect_name == "postgresql" else sqlite
+    stmt = module.insert(table).values(**values)
+    return stmt.on_conflict_do_update(index_elements=[key], set_={k: v for k, v in values.items() if k != key})

@@ -120,3 +120,53 @@ class XidEvent(Base):
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     xid: Mapped[int] = mapped_column(Integer)
     ts: Mapped[float] = mapped_column(Float)
+
+
+class IngestLog(Base):
+    """One row per committed batch: which node's samples, over which sample-time range.
+    The detector follows this log (by id) to find new data exactly once, whichever worker or
+    replica stored it, including back-filled samples older than what it already judged."""
+
+    __tablename__ = "ingest_log"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    min_ts: Mapped[float] = mapped_column(Float)
+    max_ts: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    committed_at: Mapped[float] = mapped_column(Float)
+
+
+class Episode(Base):
+    """A straggler condition: opened when detected, resolved when it cleared (a condition,
+    not an event: one fault is one episode)."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        Index("ix_episodes_active", "resolved_at", "cluster"),
+        Index("ix_episodes_onset", "onset"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    node: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    uuid: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    entity: Mapped[str] = mapped_column(String(600))
+    cause: Mapped[str] = mapped_column(String(32))
+    severity: Mapped[str] = mapped_column(String(16))
+    onset: Mapped[float] = mapped_column(Float)
+    detected_at: Mapped[float] = mapped_column(Float)
+    resolved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    summary: Mapped[str] = mapped_column(String(1000))
+
+
+class DetectorProgress(Base):
+    """How far the detector has read the ingest log and judged each cluster, so a restarted
+    detector resumes where it stopped instead of judging samples twice."""
+
+    __tablename__ = "detector_progress"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)

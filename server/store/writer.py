@@ -1,17 +1,18 @@
-"""The ingest writer: request handlers hand it work and wait for the commit.
+"""The ingest writer: request handlers hand it validated batches and wait for the commit.
 
-A job carries a `decode` callable (gunzip + validate) that runs here, on the writer thread,
-not on the event loop: with both CPU-heavy steps on one thread, the event loop stays free for
-I/O and the writer is not starved of the GIL between SQLite's row steps (docs/performance.md).
-Batches that arrive together are committed in one transaction (group commit); if a group
-fails, each batch is retried on its own so one bad batch cannot sink its neighbours."""
+The handler decodes (gunzip + validate) and, when every id is already cached, builds the rows
+itself, on the event loop: in a process bound by the GIL, CPU work costs the same on any
+thread, and each hand-over between threads costs a GIL switch on top. The writer thread is
+left with what is mostly outside the GIL (SQLite's row steps, the commit's fsync), so it
+rarely makes the event loop wait. Batches that arrive together are committed in one
+transaction (group commit); if a group fails, each batch is retried on its own so one bad
+batch cannot sink its neighbours."""
 
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -27,10 +28,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Job:
-    decode: Callable[[], Batch]
+    batch: Batch
+    prepared: PreparedBatch | None  # None: a node, GPU or NIC is new; built in the transaction
     done: Future
-    batch: Batch | None = None
-    prepared: PreparedBatch | None = None
 
 
 _STOP = object()
@@ -61,19 +61,22 @@ class IngestWriter:
             t.join()
         self._turn.close()
 
-    def submit(self, decode: Callable[[], Batch]) -> Future:
-        """Queue a batch; the future gives the number of samples committed, or raises what
-        decode() or the database raised."""
+    def submit(self, batch: Batch) -> Future:
+        """Queue a validated batch; the future gives the number of samples committed, or raises
+        what the database raised. Runs in the caller's thread."""
+        try:
+            prepared = self._rows.prepare(IdResolver(None, self.ids), batch)
+        except CacheMiss:
+            prepared = None
         done: Future = Future()
-        self._queue.put(_Job(decode, done))
+        self._queue.put(_Job(batch, prepared, done))
         return done
 
     def _run(self) -> None:
         while True:
             jobs, stop = self._take()
-            decoded = [job for job in jobs if self._decode(job)]
-            if decoded:
-                self._commit_group(decoded)
+            if jobs:
+                self._commit_group(jobs)
             if stop:
                 return
 
@@ -92,15 +95,6 @@ class IngestWriter:
             jobs.append(nxt)
         return jobs, False
 
-    @staticmethod
-    def _decode(job: _Job) -> bool:
-        try:
-            job.batch = job.decode()
-        except Exception as exc:  # the request's own fault: answered, never stored
-            job.done.set_exception(exc)
-            return False
-        return True
-
     def _commit_group(self, jobs: list[_Job]) -> None:
         try:
             counts = self._transaction(jobs)
@@ -115,18 +109,10 @@ class IngestWriter:
             job.done.set_result(count)
 
     def _transaction(self, jobs: list[_Job]) -> list[int]:
-        with self._ids_lock:
-            published = self.ids
-        offline = IdResolver(None, published)
-        for job in jobs:
-            # Rows are built before taking the write turn when every id is already known,
-            # so the turn (serialised across worker processes) covers only the inserts.
-            try:
-                job.prepared = self._rows.prepare(offline, job.batch)
-            except CacheMiss:
-                job.prepared = None
+        # Rows built at submit() used ids that were already committed; the write turn
+        # (serialised across worker processes) covers only the inserts and the commit.
         with self._turn.held(), self.engine.begin() as conn:
-            resolver = IdResolver(conn, published)
+            resolver = IdResolver(conn, self.ids)
             counts = [self._rows.insert(conn, job.prepared or self._rows.prepare(resolver, job.batch)) for job in jobs]
         # Only now, after COMMIT returned, are the rows durable and the new ids real.
         with self._ids_lock:

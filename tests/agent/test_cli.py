@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -148,10 +150,39 @@ def test_once_simulated_with_faults_to_file(tmp_path):
     assert nics[1]["state"] == "DOWN" and nics[1]["link_downed_total"] == 1
 
 
-def test_bad_fault_spec_is_a_clear_error():
-    proc = run_cli("--simulate", "H100:2", "--fault", "ib1:melted", "--once")
+@pytest.mark.parametrize("spec,message", [("ib1:melted", "ib1:melted"), ("gpu5:thermal", "no GPU 5"),
+                                          ("gpu0:melted", "unknown fault"), ("ib9:down", "ib9")])
+def test_bad_fault_spec_is_a_clear_error(spec, message):
+    proc = run_cli("--simulate", "H100:2", "--fault", spec, "--once")
     assert proc.returncode == 2
-    assert "ib1:melted" in proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_agent_pushes_until_sigterm_then_exits_cleanly():
+    from tests.agent.test_push import Collector
+
+    collector = Collector()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "--simulate", "H100:2", "--interval", "0.2", "--batch", "2",
+             "--collector", collector.url, "--node", "sig-node", "--fault", "gpu1:thermal"],
+            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(collector.requests) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        collector.close()
+    assert proc.returncode == 0, stderr
+    assert "stopped:" in stderr
+    bodies = [r["json"] for r in collector.requests]
+    assert len(bodies) >= 2 and all(b["node"] == "sig-node" for b in bodies)
+    samples = [s for b in bodies for s in b["samples"]]
+    assert all(len(s["gpus"]) == 2 and len(s["nics"]) == 8 for s in samples)
+    ts = [s["ts"] for s in samples]
+    assert ts == sorted(ts) and len(set(ts)) == len(ts)
 
 
 # --- the sampling loop ----------------------------------------------------------------
@@ -203,17 +234,20 @@ def test_runner_skips_missed_ticks_instead_of_bursting():
     assert all(abs(b - a - 0.05) < 1e-6 for a, b in zip(ts[1:], ts[2:]))
 
 
-def test_runner_stops_promptly_and_survives_reader_errors():
+def test_runner_stops_promptly_and_survives_reader_errors(caplog):
     class Broken:
         def read(self, ts):
             raise RuntimeError("boom")
 
     sink, stop = ListSink(), threading.Event()
     runner = Runner(Broken(), sink, interval=0.02, read_nics=lambda ts: 1 / 0, stop=stop)
-    thread = runner.start()
-    time.sleep(0.1)
-    stop.set()
-    thread.join(timeout=1)
+    with caplog.at_level(logging.INFO, logger="agent.runner"):
+        thread = runner.start()
+        time.sleep(0.15)
+        stop.set()
+        thread.join(timeout=1)
     assert not thread.is_alive()
-    assert sink.samples and all(s.gpus == [] and s.nics == [] for s in sink.samples)
+    assert len(sink.samples) >= 3 and all(s.gpus == [] and s.nics == [] for s in sink.samples)
+    # a reader that keeps failing is logged once, not every tick
+    assert caplog.text.count("GPU read failed") == 1 and caplog.text.count("NIC read failed") == 1
 

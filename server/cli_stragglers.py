@@ -1,0 +1,58 @@
+"""`laggard stragglers`: the active episodes of a running collector, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+
+import httpx
+
+COLUMNS = ("ID", "CLUSTER", "NODE", "GPU", "CAUSE", "SEVERITY", "SINCE", "SUMMARY")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("stragglers", help="print the active stragglers of a running collector")
+    p.add_argument("--server", default=os.environ.get("LAGGARD_SERVER", "http://127.0.0.1:8080"), help="collector URL (LAGGARD_SERVER)")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("--cluster")
+    p.add_argument("--node")
+    p.add_argument("--cause")
+    p.add_argument("--severity", choices=["warning", "critical"])
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    params = {k: v for k in ("cluster", "node", "cause", "severity") if (v := getattr(args, k)) is not None}
+    try:
+        resp = httpx.get(f"{args.server.rstrip('/')}/api/v1/stragglers", params=params, timeout=10)
+    except httpx.HTTPError as exc:
+        print(f"laggard: cannot reach {args.server}: {exc}", file=sys.stderr)
+        return 1
+    if resp.status_code != 200:
+        print(f"laggard: {resp.status_code} from {args.server}: {resp.text[:500]}", file=sys.stderr)
+        return 1
+    stragglers = resp.json()["stragglers"]
+    if args.output == "json":
+        print(json.dumps(resp.json(), indent=2))
+    else:
+        print(render_table(stragglers))
+    return 0
+
+
+def render_table(stragglers: list[dict]) -> str:
+    if not stragglers:
+        return "no active stragglers"
+    rows = [
+        (
+            str(s["id"]), s["cluster"], s["node"], "-" if s["gpu"] is None else str(s["gpu"]), s["cause"], s["severity"],
+            dt.datetime.fromtimestamp(s["onset"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"), s["summary"],
+        )
+        for s in stragglers
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)

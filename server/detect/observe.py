@@ -1,0 +1,72 @@
+"""Stored sample rows → observations: raw readings plus per-second rates from counter deltas
+against the same GPU's or port's previous sample."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from server.detect.model import GpuObs, NicObs
+
+# A decrease means the counter was reset (driver reload, reboot): no rate across it.
+_GPU_COUNTERS = (
+    "nvlink_tx_bytes_total", "nvlink_rx_bytes_total", "nvlink_crc_errors_total", "nvlink_replay_errors_total",
+    "nvlink_recovery_errors_total", "pcie_replay_total", "ecc_uncorrected_total",
+)
+_NIC_COUNTERS = ("tx_bytes_total", "rx_bytes_total", "symbol_errors_total", "rcv_errors_total", "link_downed_total", "xmit_wait_total")
+
+
+def peer_group(*, cluster: str, model: str | None, labels: Mapping[str, str]) -> str:
+    """Peers: same cluster, same GPU model, same job (else partition, else the whole cluster)."""
+    scope = labels.get("job") or labels.get("partition") or "*"
+    return f"{cluster}|{model or '?'}|{scope}"
+
+
+def nic_group(*, cluster: str, labels: Mapping[str, str]) -> str:
+    scope = labels.get("job") or labels.get("partition") or "*"
+    return f"{cluster}|nic|{scope}"
+
+
+def _delta(now: Mapping[str, Any], prev: Mapping[str, Any] | None, key: str) -> int | None:
+    if prev is None:
+        return None
+    a, b = prev.get(key), now.get(key)
+    if a is None or b is None or b < a:
+        return None
+    return b - a
+
+
+def _rate(now, prev, key: str, dt: float) -> float | None:
+    d = _delta(now, prev, key)
+    return None if d is None or dt <= 0 else d / dt
+
+
+def gpu_obs(row: Mapping[str, Any], prev: Mapping[str, Any] | None, *, group: str, xids: tuple[int, ...] = ()) -> GpuObs:
+    dt = row["ts"] - prev["ts"] if prev is not None else 0.0
+    tx, rx = _rate(row, prev, "nvlink_tx_bytes_total", dt), _rate(row, prev, "nvlink_rx_bytes_total", dt)
+    return GpuObs(
+        ts=row["ts"], cluster=row["cluster"], node=row["node"], uuid=row["uuid"], index=row["index"], model=row["model"], group=group,
+        lost=bool(row["lost"]), util_gpu_pct=row["util_gpu_pct"], sm_clock_mhz=row["sm_clock_mhz"],
+        sm_clock_max_mhz=row["sm_clock_max_mhz"], temp_c=row["temp_c"], power_w=row["power_w"], power_limit_w=row["power_limit_w"],
+        reasons=row["clocks_event_reasons"], pcie_gen=row["pcie_gen"], pcie_gen_max=row["pcie_gen_max"], pcie_width=row["pcie_width"],
+        pcie_width_max=row["pcie_width_max"], nvlink_links_up=row["nvlink_links_up"], nvlink_links_total=row["nvlink_links_total"],
+        ecc_uncorrected_total=row["ecc_uncorrected_total"], remapped_rows_pending=row["remapped_rows_pending"], xids=xids,
+        nvlink_bps=None if tx is None or rx is None else tx + rx,
+        nvlink_crc_per_s=_rate(row, prev, "nvlink_crc_errors_total", dt),
+        nvlink_replay_per_s=_rate(row, prev, "nvlink_replay_errors_total", dt),
+        nvlink_recovery_per_s=_rate(row, prev, "nvlink_recovery_errors_total", dt),
+        pcie_replay_per_s=_rate(row, prev, "pcie_replay_total", dt),
+        ecc_uncorrected_new=_delta(row, prev, "ecc_uncorrected_total"),
+    )
+
+
+def nic_obs(row: Mapping[str, Any], prev: Mapping[str, Any] | None, *, group: str, node_busy: bool) -> NicObs:
+    dt = row["ts"] - prev["ts"] if prev is not None else 0.0
+    tx, rx = _rate(row, prev, "tx_bytes_total", dt), _rate(row, prev, "rx_bytes_total", dt)
+    return NicObs(
+        ts=row["ts"], cluster=row["cluster"], node=row["node"], device=row["device"], port=row["port"], group=group,
+        state=row["state"], rate_gbps=row["rate_gbps"], bps=None if tx is None or rx is None else tx + rx,
+        symbol_errors_per_s=_rate(row, prev, "symbol_errors_total", dt), rcv_errors_per_s=_rate(row, prev, "rcv_errors_total", dt),
+        link_downed_new=_delta(row, prev, "link_downed_total"), xmit_wait_per_s=_rate(row, prev, "xmit_wait_total", dt),
+        node_busy=node_busy,
+    )

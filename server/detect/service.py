@@ -1,0 +1,141 @@
+"""The detector as a background service: follow the ingest log, judge, store episode changes.
+
+Runs in a thread of the collector, in one process per database (LeaderLock). Each cycle's
+episode changes and its read position are committed in one transaction, so a restart neither
+loses nor repeats a judgement."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from sqlalchemy import Engine, select
+
+from server.detect.engine import Detector, EpisodeChange
+from server.detect.leader import LeaderLock
+from server.detect.persistence import Escalated, Opened, Resolved
+from server.detect.settings import DetectionSettings
+from server.detect.source import LogCursor, load_instants
+from server.store import episodes, schema
+from server.store.dialect import upsert
+
+log = logging.getLogger(__name__)
+ProgressT = schema.DetectorProgress.__table__
+_CURSOR_KEY = "ingest_log.low_water"
+_JUDGED_PREFIX = "judged_until:"
+LogT, NodeT = schema.IngestLog.__table__, schema.Node.__table__
+
+
+class DetectionService:
+    def __init__(self, engine: Engine, cfg: DetectionSettings, *, poll_s: float = 0.2):
+        self.engine = engine
+        self.cfg = cfg
+        self.poll_s = poll_s
+        self.lock = LeaderLock(engine)
+        self.detector: Detector | None = None
+        self.cursor: LogCursor | None = None
+        self.open_ids: dict[tuple[str, str], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
+        self.cycles = 0
+        self.last_cycle_at: float | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.lock.release()
+
+    def run_once(self) -> int:
+        """One cycle: read what was committed, judge what is complete, store the changes."""
+        if self.detector is None:
+            self._resume()
+        with self.engine.connect() as conn:
+            entries = self.cursor.take(conn)
+            instants = load_instants(conn, entries) if entries else []
+        for item in instants:
+            self.detector.add(item)
+        changes = self.detector.advance()
+        with self.engine.begin() as conn:
+            for change in changes:
+                self._store(conn, change)
+            self._save_progress(conn)
+        self.cycles += 1
+        self.last_cycle_at = time.time()
+        return len(changes)
+
+    def _save_progress(self, conn) -> None:
+        progress = {_CURSOR_KEY: float(self.cursor.low_water)}
+        progress.update({f"{_JUDGED_PREFIX}{cluster}": ts for cluster, ts in self.detector.judged_until().items()})
+        for key, value in progress.items():
+            conn.execute(upsert(conn.dialect.name, ProgressT, {"key": key, "value": value}, key="key"))
+
+    def _resume(self) -> None:
+        """Pick up where the last leader stopped: its read position, what it had judged, the
+        windows it had built (replayed from storage) and the episodes it left open."""
+        self.detector = Detector(self.cfg)
+        self.cursor = LogCursor()
+        with self.engine.connect() as conn:
+            progress = dict(conn.execute(select(ProgressT.c.key, ProgressT.c.value)).all())
+            self.cursor.low_water = int(progress.pop(_CURSOR_KEY, 0))
+            judged = {k.removeprefix(_JUDGED_PREFIX): v for k, v in progress.items() if k.startswith(_JUDGED_PREFIX)}
+            for cluster, until in judged.items():
+                self._replay(conn, cluster, until)
+            for ep in episodes.active_for_detector(conn):
+                self.open_ids[(ep["entity"], ep["cause"])] = ep["id"]
+                self.detector.mark_open(entity=ep["entity"], cause=ep["cause"], severity=ep["severity"])
+
+    def _replay(self, conn, cluster: str, until: float) -> None:
+        # Everything read but not yet judged is re-read, and the window before it warms the
+        # rates and the windowed rules; nothing at or before `until` is judged again.
+        horizon = until - max(self.cfg.rate_window_s, self.cfg.stale_after_s) - 1.0
+        entries = [dict(r) for r in conn.execute(
+            select(LogT).join(NodeT, NodeT.c.id == LogT.c.node_id)
+            .where(NodeT.c.cluster == cluster, LogT.c.max_ts > horizon, LogT.c.id <= self.cursor.low_water)
+        ).mappings()]
+        self.detector.resume_at(cluster, until)
+        for item in load_instants(conn, entries):
+            if item.ts <= until:
+                if item.ts > horizon:
+                    self.detector.warm(item)
+            else:
+                self.detector.add(item)
+
+    def _store(self, conn, change: EpisodeChange) -> None:
+        key = (change.entity, change.cause)
+        event = change.change
+        if isinstance(event, Opened):
+            self.open_ids[key] = episodes.open_episode(
+                conn, cluster=change.cluster, node=change.node, gpu=change.gpu, uuid=change.uuid, entity=change.entity,
+                cause=change.cause, severity=event.finding.severity, onset=event.onset, detected_at=event.detected_at,
+                evidence=_jsonable(event.finding.evidence), summary=event.finding.summary,
+            )
+        elif isinstance(event, Escalated) and key in self.open_ids:
+            episodes.escalate_episode(conn, episode_id=self.open_ids[key], severity=event.finding.severity,
+                                      evidence=_jsonable(event.finding.evidence), summary=event.finding.summary)
+        elif isinstance(event, Resolved) and key in self.open_ids:
+            episodes.resolve_episode(conn, episode_id=self.open_ids.pop(key), resolved_at=event.resolved_at)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.lock.try_acquire() or not self.lock.still_held():
+                # Another process leads; if it dies its lock goes with it and we take over.
+                self.detector = None
+                self._stop.wait(2.0)
+                continue
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("detection cycle failed; state is rebuilt from storage")
+                self.detector = None
+                self._stop.wait(2.0)
+                continue
+            self._stop.wait(self.poll_s)
+
+
+def _jsonable(evidence: dict) -> dict:
+    return json.loads(json.dumps(evidence, default=str))

@@ -1,0 +1,48 @@
+"""Detection thresholds: every number a rule compares against, with its default and why.
+Set through the environment as LAGGARD_DETECTION__<NAME> (e.g. LAGGARD_DETECTION__CLOCK_DROP=0.1)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class DetectionSettings(BaseModel):
+    # --- peers ---------------------------------------------------------------------------
+    min_peers: int = Field(4, description="Busy GPUs (or ports) a group needs for peer statistics; smaller groups use absolute rules only.")
+    stale_after_s: float = Field(30.0, description="A peer's latest sample older than this (sample time) is left out of the group's statistics.")
+    settle_s: float = Field(60.0, description="A cluster new to the detector is judged only once this much sample time has arrived, so late-starting agents are not missed.")
+    missing_after_s: float = Field(20.0, description="A GPU absent this long while its node still reports is flagged as lost.")
+
+    # --- persistence -------------------------------------------------------------------
+    window_n: int = Field(3, description="Open an episode when k of the last n evaluated instants found the condition...")
+    window_k: int = Field(2, description="...k of them.")
+    clear_after: int = Field(3, description="Resolve after this many consecutive clean instants (hysteresis).")
+    rate_window_s: float = Field(60.0, description="Error counters are judged on their increase over this much sample time.")
+
+    # --- clocks, thermal, power --------------------------------------------------------
+    clock_drop: float = Field(0.08, description="SM clock ratio this far (fraction) below the peer median is a deviation.")
+    clock_z: float = Field(4.0, description="...and at least this many robust standard deviations below it.")
+    clock_noise_floor: float = Field(0.01, description="Smallest spread assumed for the clock ratio (1% of max).")
+    clock_critical_drop: float = Field(0.25, description="A drop this large is critical rather than a warning.")
+    hot_delta_c: float = Field(10.0, description="'Far hotter than peers': this many °C above the peer median.")
+    power_limit_drop: float = Field(0.05, description="Enforced power limit this far (fraction) below the peers' median.")
+
+    # --- links and errors --------------------------------------------------------------
+    nvlink_bw_drop: float = Field(0.3, description="NVLink throughput this far (fraction) below peers doing the same work.")
+    nvlink_errors_in_window: int = Field(5, description="NVLink CRC/replay/recovery errors within rate_window_s that count as 'rising'.")
+    pcie_replays_in_window: int = Field(5, description="PCIe replays within rate_window_s that count as 'rising'.")
+    ib_errors_in_window: int = Field(5, description="IB symbol/receive errors within rate_window_s that count as 'rising'.")
+    ib_bw_drop: float = Field(0.3, description="Port throughput this far (fraction) below peer ports while its node is busy.")
+    ib_wait_factor: float = Field(5.0, description="Transmit-wait this many times the peer median is congestion.")
+    # Added with the rules (server/detect/rules): throughput needs a floor and a spread test.
+    bw_z: float = Field(3.0, description="NVLink or port throughput must also be this many robust standard deviations below the peer median: a group whose members do different work (pipeline stages) spreads wide and is not judged.")
+    bw_noise_floor: float = Field(0.05, description="Smallest spread assumed for throughput, as a fraction of the peer median.")
+    nvlink_min_bps: float = Field(1e9, description="NVLink throughput is judged only when the peer median moves at least this many bytes/s (a compute phase moves next to nothing).")
+    ib_min_bps: float = Field(1e8, description="Port throughput is judged only when the peer median moves at least this many bytes/s.")
+    ib_wait_floor_per_s: float = Field(1e6, description="Transmit-wait (ticks/s) below this is never congestion, whatever the peers show; about 8 MB/s of lost send time at 8 bytes per tick (ConnectX/Quantum).")
+
+    # --- events --------------------------------------------------------------------------
+    hardware_xids: list[int] = Field(
+        [48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 140],
+        description="XIDs that mean the GPU (not the program) is at fault. 13, 31, 43 are application errors and never flag.",
+    )

@@ -1,0 +1,54 @@
+"""k of n to open, m clean instants to resolve: table-driven over verdict sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.detect.model import Finding
+from server.detect.persistence import Condition, Escalated, Opened, Resolved
+
+
+def hit(severity="warning", immediate=False):
+    return Finding(cause="clock", severity=severity, summary="slow", evidence={}, immediate=immediate)
+
+
+W, C, I = hit(), hit("critical"), hit(immediate=True)
+_ = None
+
+CASES = [
+    # (name, verdicts per instant (ts = 1, 2, 3, ...), expected changes as (ts, kind, detail))
+    ("one noisy sample never opens", [_, W, _, _, _, _], []),
+    ("two of three open at the second hit, onset at the first", [_, W, _, W, _, _], [(4, "open", 2)]),
+    ("two in a row open", [W, W], [(2, "open", 1)]),
+    ("isolated hits further apart than n never open", [W, _, _, W, _, _, W], []),
+    ("immediate opens on its first instant", [_, I], [(2, "open", 2)]),
+    ("resolves after three clean instants, at the first clean one", [W, W, W, _, _, _], [(2, "open", 1), (6, "resolve", 4)]),
+    ("a clean gap shorter than the hysteresis keeps one episode", [W, W, _, _, W, W, _, _, _], [(2, "open", 1), (9, "resolve", 7)]),
+    ("escalates once to critical", [W, W, C, C, W], [(2, "open", 1), (3, "escalate", "critical")]),
+    ("reopens as a new episode after resolving", [W, W, _, _, _, W, W], [(2, "open", 1), (5, "resolve", 3), (7, "open", 6)]),
+]
+
+
+@pytest.mark.parametrize("name,verdicts,expected", CASES, ids=[c[0] for c in CASES])
+def test_condition(name, verdicts, expected):
+    cond = Condition(n=3, k=2, clear_after=3)
+    seen = []
+    for ts, verdict in enumerate(verdicts, start=1):
+        change = cond.step(float(ts), verdict)
+        if isinstance(change, Opened):
+            seen.append((ts, "open", change.onset))
+        elif isinstance(change, Resolved):
+            seen.append((ts, "resolve", change.resolved_at))
+        elif isinstance(change, Escalated):
+            seen.append((ts, "escalate", change.finding.severity))
+    assert seen == expected
+
+
+def test_idle_only_when_nothing_is_remembered():
+    cond = Condition(n=3, k=2, clear_after=3)
+    assert cond.idle
+    cond.step(1.0, W)
+    assert not cond.idle
+    for ts in (2.0, 3.0, 4.0):
+        cond.step(ts, None)
+    assert cond.idle
