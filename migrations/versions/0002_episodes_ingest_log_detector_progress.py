@@ -48,7 +48,8 @@ def upgrade() -> None:
     sa.Column('samples', sa.Integer(), nullable=False),
     sa.Column('committed_at', sa.Float(), nullable=False),
     sa.ForeignKeyConstraint(['node_id'], ['nodes.id'], ),
-    sa.PrimaryKeyConstraint('id')
+    sa.PrimaryKeyConstraint('id'),
+    sqlite_autoincrement=True,
     )
 
 

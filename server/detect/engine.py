@@ -19,8 +19,10 @@ from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
 from server.detect.settings import DetectionSettings
 
-# Performance causes are about a busy GPU running slow: an idle instant neither confirms nor
-# clears them, so a checkpoint pause does not split one fault into two episodes.
+# Performance causes are about a busy GPU running slow: an idle instant with nothing found
+# neither confirms nor clears them, so a checkpoint pause does not split one fault into two
+# episodes. (What a rule does find on an idle GPU, e.g. a node-wide HW power brake that
+# stalled it, still counts.)
 JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown"})
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
@@ -243,7 +245,7 @@ class Detector:
         tracked = set(conditions) if causes is None else set(causes) & set(conditions)
         changes = []
         for cause in tracked | set(findings):
-            if cause in neutral:
+            if cause in neutral and cause not in findings:
                 continue
             cond = self._condition(entity, cause)
             change = cond.step(ts, findings.get(cause))

@@ -9,6 +9,8 @@ from server.store import schema
 GpuSampleT = schema.GpuSample.__table__
 NicSampleT = schema.NicSample.__table__
 XidT = schema.XidEvent.__table__
+LogT = schema.IngestLog.__table__
+EpisodeT = schema.Episode.__table__
 
 
 def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[str, int]:
@@ -19,6 +21,9 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[s
             "gpu_samples": _delete_per_series(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
             "nic_samples": _delete_per_series(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
             "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
+            "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
+            # Open episodes stay, however old: they are still true.
+            "episodes": conn.execute(delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)).rowcount,
         }
 
 

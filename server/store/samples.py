@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
-from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bindparam, func, update
+from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bindparam, func, insert, update
 
 from server.protocol import DEFAULT_CLUSTER, GPU_METRICS, NIC_METRICS, Batch
 from server.store import schema
@@ -34,6 +35,8 @@ class SampleWriter:
             .values(last_seen=greatest(schema.Node.last_seen, bindparam("seen")), labels=bindparam("labels"), agent=bindparam("agent"))
         )
 
+        self.log_batch = insert(schema.IngestLog)
+
     def prepare(self, ids: IdResolver, batch: Batch) -> PreparedBatch:
         """Rows for a batch. With an offline resolver this runs outside the transaction and
         raises CacheMiss when a node, GPU or NIC is new."""
@@ -53,7 +56,8 @@ class SampleWriter:
                 nic_id = ids.nic_id(node_id=node_id, device=nic["device"], port=nic["port"], seen=ts)
                 nic_rows.append((nic_id, ts, *map(nic.get, NIC_METRICS)))
         touch = {"node_id": node_id, "seen": max(stamps), "labels": batch.get("labels", {}), "agent": batch.get("agent")}
-        return PreparedBatch(len(samples), touch, gpu_rows, nic_rows, xid_rows)
+        logged = {"node_id": node_id, "min_ts": min(stamps), "max_ts": max(stamps), "samples": len(samples)}
+        return PreparedBatch(len(samples), touch, logged, gpu_rows, nic_rows, xid_rows)
 
     def insert(self, conn: Connection, prepared: PreparedBatch) -> int:
         if prepared.samples:
@@ -61,12 +65,15 @@ class SampleWriter:
             self.nic_insert.execute(conn, prepared.nic_rows)
             self.xid_insert.execute(conn, prepared.xid_rows)
             conn.execute(self.touch_node, prepared.touch)
+            # In the same transaction: the detector learns of exactly the batches committed.
+            conn.execute(self.log_batch, prepared.logged | {"committed_at": time.time()})
         return prepared.samples
 
 
 class PreparedBatch(NamedTuple):
     samples: int
     touch: dict[str, Any]
+    logged: dict[str, Any]
     gpu_rows: list[tuple]
     nic_rows: list[tuple]
     xid_rows: list[tuple]

@@ -128,6 +128,9 @@ class IngestLog(Base):
     replica stored it, including back-filled samples older than what it already judged."""
 
     __tablename__ = "ingest_log"
+    # Ids are never reused, even after retention deletes the newest rows: the detector's
+    # read position is an id.
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))

@@ -32,7 +32,7 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
 
     deleted = apply_retention(db, now=now, retention_s=7 * DAY)
 
-    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1}
+    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "ingest_log": 1, "episodes": 0}
     assert stored_gpu_samples(db) == 4
     assert count_rows(db, schema.NicSample) == 2
     assert count_rows(db, schema.XidEvent) == 1
@@ -42,5 +42,5 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
 
 def test_nothing_to_delete_is_a_no_op(live_server, db):
     _push(live_server.url, batch(samples=1))
-    assert apply_retention(db, now=time.time(), retention_s=7 * DAY) == {"gpu_samples": 0, "nic_samples": 0, "xid_events": 0}
+    assert set(apply_retention(db, now=time.time(), retention_s=7 * DAY).values()) == {0}
     assert stored_gpu_samples(db) == 2

@@ -1,0 +1,695 @@
+"""Detection evaluation harness (docs/detection.md).
+
+Generates fleets (bench/fleetgen: tens of nodes x 8 GPUs, an hour of sample time, realistic
+noise, injected faults of every cause with their ground truth), pushes them through the real
+HTTP API of a collector, waits until its detector has judged every instant, fetches the
+straggler episodes (GET /api/v1/stragglers/history) and scores them against the ground truth:
+precision, recall and time-to-detect per cause. The same samples go through bench/baseline.py
+(a plain fixed-threshold detector) for the comparison column, and a fault-free copy of each
+fleet (same seed, same noise, nothing injected) measures false flags.
+
+    python bench/detection.py                                  # defaults: 32 nodes, 1 s and 5 s, 1 h
+    python bench/detection.py --interval 5 --nodes 16 --duration 1800
+    python bench/detection.py --fault-free                     # only the fault-free fleets
+    python bench/detection.py --json out.json --write-docs     # keep everything; refresh the docs table
+    python bench/detection.py --url http://127.0.0.1:8080      # a running collector instead of our own
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import math
+import os
+import queue
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.baseline import BaselineSettings, FixedThresholdDetector  # noqa: E402
+from bench.fleetgen import CAUSES, VARIANTS, Fault, Fleet, FleetConfig  # noqa: E402
+
+try:
+    import orjson
+
+    def _dumps(obj) -> bytes:
+        return orjson.dumps(obj)
+except ImportError:  # pragma: no cover - orjson ships with the server extra
+    def _dumps(obj) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "detection.md"
+DOCS_BEGIN, DOCS_END = "<!-- results:begin -->", "<!-- results:end -->"
+TARGETS = {"precision": 0.98, "recall": 0.98, "ttd_median": 2, "ttd_p95": 5}
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+
+def ttd_samples(start: float, detected_at: float, interval: float) -> int:
+    """Samples of the entity from the fault's start to detection, the first faulty sample
+    counting as 1 (detected on the first faulty sample: 1; on the next: 2)."""
+    return int(math.floor((detected_at - start) / interval + 1e-6)) + 1
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100.0 * len(ordered)) - 1)]
+
+
+@dataclass
+class Tally:
+    faults: int = 0
+    detected: int = 0
+    episodes: int = 0
+    correct: int = 0  # episodes that match a fault (duplicates included)
+    duplicates: int = 0  # further episodes of a fault already matched (a flapping detector)
+    ttd: list[int] = field(default_factory=list)
+
+    @property
+    def false_positives(self) -> int:
+        return self.episodes - self.correct
+
+    @property
+    def precision(self) -> float | None:
+        return self.correct / self.episodes if self.episodes else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.detected / self.faults if self.faults else None
+
+    def to_json(self) -> dict:
+        return {
+            "faults": self.faults, "detected": self.detected, "episodes": self.episodes, "correct": self.correct,
+            "false_positives": self.false_positives, "duplicates": self.duplicates,
+            "precision": self.precision, "recall": self.recall,
+            "ttd_median": statistics.median(self.ttd) if self.ttd else None, "ttd_p95": percentile(self.ttd, 95),
+            "ttd": self.ttd,
+        }
+
+
+def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: float) -> dict:
+    """Match episodes to injected faults and tally per cause.
+
+    An episode matches a fault of the same cluster, node, GPU (None for network: node-level)
+    and cause when its onset or its detected_at lies in [start, end + grace]. A fault is
+    detected when at least one episode matches it; its time-to-detect is that of the earliest
+    match. An episode matching nothing is a false positive, listed with its summary and, when
+    it overlaps a fault of the same entity with another cause, that fault (a wrong cause).
+    """
+    by_key: dict[tuple, list[Fault]] = {}
+    for f in truth:
+        by_key.setdefault((f.cluster, f.node, f.gpu, f.cause), []).append(f)
+    tallies = {c: Tally() for c in CAUSES}
+    overall = Tally()
+    variants: dict[str, Tally] = {}
+    for f in truth:
+        for t in (tallies.setdefault(f.cause, Tally()), overall, variants.setdefault(f"{f.cause}/{f.variant}", Tally())):
+            t.faults += 1
+    first_detect: dict[str, float] = {}
+    false_positives = []
+    eps = 1e-6
+    for ep in sorted(episodes, key=lambda e: (e["detected_at"], str(e.get("id")))):
+        cause = ep["cause"]
+        t = tallies.setdefault(cause, Tally())
+        t.episodes += 1
+        overall.episodes += 1
+        gpu = ep.get("gpu")
+        match = None
+        for f in by_key.get((ep["cluster"], ep["node"], gpu, cause), ()):
+            lo, hi = f.start - eps, f.end + grace + eps
+            if lo <= ep["onset"] <= hi or lo <= ep["detected_at"] <= hi:
+                match = f
+                break
+        if match is None:
+            false_positives.append(_fp_record(ep, truth, grace))
+            continue
+        t.correct += 1
+        overall.correct += 1
+        if match.id in first_detect:
+            t.duplicates += 1
+            overall.duplicates += 1
+            continue
+        first_detect[match.id] = ep["detected_at"]
+    for f in truth:
+        if f.id in first_detect:
+            n = ttd_samples(f.start, first_detect[f.id], interval)
+            for t in (tallies[f.cause], overall, variants[f"{f.cause}/{f.variant}"]):
+                t.detected += 1
+                t.ttd.append(n)
+    missed = [f.to_json() for f in truth if f.id not in first_detect]
+    return {
+        "causes": {c: t.to_json() for c, t in tallies.items()},
+        "overall": overall.to_json(),
+        "variants": {k: v.to_json() for k, v in sorted(variants.items())},
+        "false_positives": false_positives,
+        "missed": missed,
+    }
+
+
+def _fp_record(ep: dict, truth: list[Fault], grace: float) -> dict:
+    overlapping = [f for f in truth if f.cluster == ep["cluster"] and f.node == ep["node"] and f.start - grace <= ep["detected_at"] <= f.end + grace]
+    same_entity = [f for f in overlapping if f.gpu == ep.get("gpu")]
+    near = same_entity or overlapping
+    return {
+        "id": ep.get("id"), "node": ep["node"], "gpu": ep.get("gpu"), "cause": ep["cause"], "onset": ep["onset"],
+        "detected_at": ep["detected_at"], "resolved_at": ep.get("resolved_at"), "summary": ep.get("summary", ""),
+        "near_fault": f"{near[0].id} {near[0].cause}/{near[0].variant} gpu={near[0].gpu}" if near else None,
+    }
+
+
+# --- the collector -------------------------------------------------------------------------
+
+
+class Collector:
+    """Our own `laggard server` on a fresh SQLite file, or a running one (--url)."""
+
+    def __init__(self, url: str | None, workdir: Path):
+        self.proc = None
+        self.db_path: Path | None = None
+        self.log_path = workdir / "collector.log"
+        if url:
+            self.url = url.rstrip("/")
+            return
+        self.db_path = workdir / "laggard.db"
+        port = _free_port()
+        env = os.environ | {"LAGGARD_DATABASE_URL": f"sqlite:///{self.db_path}", "LAGGARD_PORT": str(port),
+                            "LAGGARD_HOST": "127.0.0.1", "LAGGARD_WORKERS": "1"}
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env,
+                                     cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"collector exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if http_get(self.url, "/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit("collector did not become ready within 60 s")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        u = urllib.parse.urlsplit(self.url)
+        return u.hostname or "127.0.0.1", u.port or 80
+
+    def alive(self) -> bool:
+        return self.proc is None or self.proc.poll() is None
+
+    def cpu_seconds(self) -> float | None:
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            return None
+
+    def judged_until(self) -> dict[str, float] | None:
+        """How far the detector has judged each cluster (sample time), read from our own
+        database; None when that is not readable (a --url collector, an older schema)."""
+        if self.db_path is None or not self.db_path.exists():
+            return None
+        try:
+            with sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5) as conn:
+                rows = conn.execute("SELECT key, value FROM detector_progress WHERE key LIKE 'judged_until:%'").fetchall()
+        except sqlite3.Error:
+            return None
+        return {k.split(":", 1)[1]: v for k, v in rows}
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self._log.close()
+
+
+def http_get(url: str, path: str, params: dict | None = None, timeout: float = 60) -> tuple[int, bytes]:
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+    try:
+        conn.request("GET", path + ("?" + urllib.parse.urlencode(params) if params else ""))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def fetch_episodes(url: str, cluster: str, since: float, until: float) -> list[dict] | None:
+    """The detector's episodes of one cluster overlapping [since, until]; None when the
+    collector has no stragglers endpoint."""
+    status, body = http_get(url, "/api/v1/stragglers/history", {"since": since, "until": until, "cluster": cluster})
+    if status == 404:
+        return None
+    if status != 200:
+        raise RuntimeError(f"history: {status} {body[:300]!r}")
+    return json.loads(body)["stragglers"]
+
+
+# --- pushing -------------------------------------------------------------------------------
+
+
+@dataclass
+class PushStats:
+    requests: int = 0
+    gpu_samples: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+
+
+def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, baselines: list[FixedThresholdDetector],
+               progress: bool = True) -> PushStats:
+    """Push the fleet round by round (every node's next `batch` samples), each round only
+    after the previous one was committed, from `clients` keep-alive connections, while the
+    next round is being generated; feed every sample to the baselines on the way."""
+    host, port = collector.host_port
+    work: queue.Queue = queue.Queue()
+    errors: list[str] = []
+    stats = PushStats()
+    lock = threading.Lock()
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        while True:
+            item = work.get()
+            if item is None:
+                work.task_done()
+                break
+            body = gzip.compress(item, compresslevel=1)
+            for attempt in range(8):
+                try:
+                    conn.request("POST", "/api/v1/samples", body=body, headers=headers)
+                    resp = conn.getresponse()
+                    payload = resp.read()
+                except (OSError, http.client.HTTPException) as exc:
+                    conn.close()
+                    conn = http.client.HTTPConnection(host, port, timeout=120)
+                    status, payload = None, str(exc).encode()
+                else:
+                    status = resp.status
+                if status == 200:
+                    break
+                if status is not None and status not in (429, 503):
+                    errors.append(f"{status} {payload[:300]!r}")
+                    break
+                with lock:
+                    stats.retries += 1
+                time.sleep(min(5.0, 0.2 * 2 ** attempt))
+            else:
+                errors.append(f"gave up after retries: {payload[:300]!r}")
+            work.task_done()
+        conn.close()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    cfg = fleet.cfg
+    n_nodes = len(fleet.sims)
+    rounds = math.ceil(cfg.steps / batch)
+    start = time.perf_counter()
+    last_print = start
+    pending: list[bytes] = []
+    for i, (_idx, body) in enumerate(fleet.batches(batch)):
+        for sample in body["samples"]:
+            for b in baselines:
+                b.feed(body["cluster"], body["node"], sample)
+            stats.gpu_samples += len(sample["gpus"])
+        pending.append(_dumps(body))
+        if len(pending) == n_nodes:
+            work.join()  # the previous round is committed
+            if errors:
+                break
+            for item in pending:
+                work.put(item)
+            stats.requests += len(pending)
+            pending = []
+            now = time.perf_counter()
+            if progress and now - last_print > 15:
+                done = (i + 1) // n_nodes
+                print(f"    {cfg.cluster}: {done}/{rounds} rounds, {stats.gpu_samples / (now - start):,.0f} GPU-samples/s", flush=True)
+                last_print = now
+            if not collector.alive():
+                errors.append("collector died:\n" + collector.log_tail())
+                break
+    for item in pending:
+        work.put(item)
+    stats.requests += len(pending)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    stats.seconds = time.perf_counter() - start
+    if errors:
+        raise SystemExit(f"{len(errors)} requests failed, first: {errors[0]}")
+    return stats
+
+
+def wait_for_detection(collector: Collector, clusters: dict[str, float], *, since: float, until: float, timeout: float,
+                       settle: float) -> tuple[bool, str]:
+    """Until the detector has judged every cluster's last instant (read from our own
+    database), then until the episode lists stop changing for `settle` seconds."""
+    deadline = time.monotonic() + timeout
+    note = ""
+    last_change, last_seen, last_print = time.monotonic(), None, 0.0
+    while collector.judged_until() is not None and time.monotonic() < deadline:
+        judged = collector.judged_until() or {}
+        behind = {c: last - judged.get(c, float("-inf")) for c, last in clusters.items() if judged.get(c, float("-inf")) < last}
+        if not behind:
+            break
+        if judged != last_seen:
+            last_seen, last_change = judged, time.monotonic()
+        elif time.monotonic() - last_change > 120:
+            note = f"detector made no progress for 120 s; behind by {behind}"
+            break
+        if time.monotonic() - last_print > 15:
+            print("    detector behind by " + ", ".join(f"{c} {s:.0f} s" for c, s in behind.items()), flush=True)
+            last_print = time.monotonic()
+        if not collector.alive():
+            return False, "collector died:\n" + collector.log_tail()
+        time.sleep(1.0)
+    previous, stable_since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        snapshot = []
+        for cluster in clusters:
+            eps = fetch_episodes(collector.url, cluster, since, until)
+            if eps is None:
+                return False, "no stragglers endpoint"
+            snapshot.append(sorted((e["id"], e["detected_at"], e.get("resolved_at"), e["severity"]) for e in eps))
+        if snapshot != previous:
+            previous, stable_since = snapshot, time.monotonic()
+        elif time.monotonic() - stable_since >= settle:
+            return True, note
+        time.sleep(1.0)
+    return False, (note + "; " if note else "") + f"episodes still changing after {timeout:.0f} s"
+
+
+# --- reporting -----------------------------------------------------------------------------
+
+
+def _f(x, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:.{digits}f}"
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def results_table(run: dict, *, markdown: bool) -> str:
+    """One row per cause plus overall: Laggard's scores next to the baseline's."""
+    det, base = run.get("detector"), run["baseline"]
+    head = ["cause", "faults", "Laggard P", "R", "TTD p50", "p95", "FP", "baseline P", "R", "TTD p50", "p95", "FP"]
+    rows = []
+    for cause in [*CAUSES, "overall"]:
+        b = base["overall"] if cause == "overall" else base["causes"][cause]
+        d = (det["overall"] if cause == "overall" else det["causes"][cause]) if det else None
+        name = f"**{cause}**" if markdown and cause == "overall" else cause
+        rows.append([
+            name, str(b["faults"]),
+            *([_f(d["precision"]), _f(d["recall"]), _f(d["ttd_median"], 1), _f(d["ttd_p95"]), str(d["false_positives"])] if d else ["n/a"] * 5),
+            _f(b["precision"]), _f(b["recall"]), _f(b["ttd_median"], 1), _f(b["ttd_p95"]), str(b["false_positives"]),
+        ])
+    clean = run.get("clean")
+    if clean:
+        d_flags = "n/a" if clean.get("detector_flags") is None else str(clean["detector_flags"])
+        rows.append([("fault-free fleet: flags" if not markdown else "*fault-free fleet: flags*"), "0",
+                     "", "", "", "", d_flags, "", "", "", "", str(clean["baseline_flags"])])
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    out = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    out += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join(out)
+
+
+def verdict(run: dict) -> str:
+    det = run.get("detector")
+    if not det:
+        return "no detector scores"
+    o = det["overall"]
+    checks = [
+        ("precision", o["precision"] is not None and o["precision"] >= TARGETS["precision"], _f(o["precision"])),
+        ("recall", o["recall"] is not None and o["recall"] >= TARGETS["recall"], _f(o["recall"])),
+        ("TTD p50", o["ttd_median"] is not None and o["ttd_median"] <= TARGETS["ttd_median"], _f(o["ttd_median"], 1)),
+        ("TTD p95", o["ttd_p95"] is not None and o["ttd_p95"] <= TARGETS["ttd_p95"], _f(o["ttd_p95"])),
+    ]
+    clean = run.get("clean")
+    if clean and clean.get("detector_flags") is not None:
+        checks.append(("fault-free flags", clean["detector_flags"] == 0, str(clean["detector_flags"])))
+    return ", ".join(f"{name} {value} {'ok' if ok else 'MISSED'}" for name, ok, value in checks)
+
+
+def print_details(label: str, sc: dict, limit: int) -> None:
+    if sc["missed"]:
+        print(f"  {label}: missed {len(sc['missed'])} fault(s):")
+        for f in sc["missed"][:limit]:
+            print(f"    {f['id']} {f['node']} gpu={f['gpu']} nic={f['nic']} {f['cause']}/{f['variant']} at +{f['start'] - T0[0]:.0f} s")
+    if sc["false_positives"]:
+        print(f"  {label}: {len(sc['false_positives'])} false positive(s):")
+        for fp in sc["false_positives"][:limit]:
+            near = f" [near {fp['near_fault']}]" if fp["near_fault"] else ""
+            print(f"    {fp['node']} gpu={fp['gpu']} {fp['cause']} at +{fp['detected_at'] - T0[0]:.0f} s: {fp['summary'][:140]}{near}")
+        if len(sc["false_positives"]) > limit:
+            print(f"    ... {len(sc['false_positives']) - limit} more (see --json)")
+
+
+T0 = [0.0]  # the run's t0, for relative times in printed details
+
+
+def variant_lines(run: dict) -> list[str]:
+    det, base = run.get("detector"), run["baseline"]
+    out = []
+    for key, b in base["variants"].items():
+        d = det["variants"].get(key) if det else None
+        dtxt = f"{d['detected']}/{d['faults']} (TTD p50 {_f(d['ttd_median'], 1)})" if d else "n/a"
+        out.append(f"| {key} | {dtxt} | {b['detected']}/{b['faults']} |")
+    return out
+
+
+def write_docs(payload: dict) -> None:
+    cfg = payload["config"]
+    parts = [f"Run: `{payload['command']}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
+             f"seed {cfg['seed']}, {payload['machine']}; wall time {payload['wall_s']:.0f} s.", ""]
+    for run in payload["runs"]:
+        parts.append(f"### {run['interval']:g} s sampling ({run['fleet_summary']})")
+        parts.append("")
+        parts.append(results_table(run, markdown=True))
+        parts.append("")
+        parts.append(f"Targets: {verdict(run)}.")
+        if run.get("detector_note"):
+            parts.append(f"Detector: {run['detector_note']}.")
+        parts.append("")
+        parts.append("<details><summary>Per variant: faults detected (Laggard, baseline)</summary>")
+        parts.append("")
+        parts.append("| cause/variant | Laggard | baseline |")
+        parts.append("|---|---:|---:|")
+        parts += variant_lines(run)
+        parts.append("")
+        parts.append("</details>")
+        parts.append("")
+    block = "\n".join(parts).rstrip() + "\n"
+    text = DOCS.read_text() if DOCS.exists() else f"# Detection\n\n{DOCS_BEGIN}\n{DOCS_END}\n"
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        text = text.rstrip() + f"\n\n## Results\n\n{DOCS_BEGIN}\n{DOCS_END}\n"
+    head, rest = text.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    DOCS.write_text(f"{head}{DOCS_BEGIN}\n{block}{DOCS_END}{tail}")
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--interval", default="1,5", help="sampling interval(s) in seconds, comma-separated (default 1,5)")
+    p.add_argument("--duration", type=float, default=3600.0, help="seconds of sample time per fleet")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--faults-per-cause", type=int, default=6)
+    p.add_argument("--fault-free", action="store_true", help="run only the fault-free fleets and report their flags")
+    p.add_argument("--no-clean", action="store_true", help="skip the fault-free fleets")
+    p.add_argument("--batch-seconds", type=float, default=30.0,
+                   help="sample time per request (30 samples at 1 s, 6 at 5 s)")
+    p.add_argument("--clients", type=int, default=4, help="concurrent pushing connections")
+    p.add_argument("--grace", type=float, default=120.0, help="seconds after a fault's end an episode still matches it")
+    p.add_argument("--url", help="a running collector (default: start our own on a temporary SQLite file)")
+    p.add_argument("--wait", type=float, default=900.0, help="longest wait for the detector to catch up, seconds")
+    p.add_argument("--settle", type=float, default=5.0, help="episode lists unchanged this long = detection done")
+    p.add_argument("--json", metavar="PATH", help="write config, ground truth, episodes and scores here")
+    p.add_argument("--write-docs", action="store_true", help=f"replace the results section of {DOCS.relative_to(ROOT)}")
+    p.add_argument("--show", type=int, default=12, help="false positives / misses to print per fleet")
+    args = p.parse_args(argv)
+    intervals = [float(x) for x in str(args.interval).split(",") if x.strip()]
+    wall0 = time.perf_counter()
+
+    t0 = float((int(time.time()) - int(args.duration) - 180) // 60 * 60)
+    T0[0] = t0
+    tag = "" if not args.url else f"-{int(t0)}"
+    fleets: list[tuple[float, Fleet | None, Fleet | None]] = []
+    for iv in intervals:
+        def cfg(faults: bool, suffix: str) -> FleetConfig:
+            return FleetConfig(nodes=args.nodes, interval=iv, duration=args.duration, seed=args.seed, t0=t0,
+                               cluster=f"eval-{iv:g}s{suffix}{tag}", faults=faults, faults_per_cause=args.faults_per_cause)
+        faulty = None if args.fault_free else Fleet(cfg(True, ""))
+        clean = None if args.no_clean and not args.fault_free else Fleet(cfg(False, "-clean"))
+        fleets.append((iv, faulty, clean))
+    example = fleets[0][1] or fleets[0][2]
+    print(f"fleet (seed {args.seed}): {args.nodes} nodes x 8 GPUs, {args.duration:.0f} s of sample time, intervals {', '.join(f'{i:g} s' for i in intervals)}")
+    print(example.describe())
+    if fleets[0][1] is not None:
+        print(f"  {len(fleets[0][1].truth)} injected faults per faulty fleet ({args.faults_per_cause} per cause; a node-wide power brake counts 8)")
+
+    with tempfile.TemporaryDirectory(prefix="laggard-detection-") as tmp:
+        collector = Collector(args.url, Path(tmp))
+        try:
+            runs = _run_all(args, collector, fleets, t0)
+        finally:
+            collector.stop()
+    wall = time.perf_counter() - wall0
+
+    for run in runs:
+        print()
+        print(f"== {run['interval']:g} s sampling: {run['fleet_summary']}")
+        print(results_table(run, markdown=False))
+        print(f"targets: {verdict(run)}")
+        if run.get("detector_note"):
+            print(f"detector: {run['detector_note']}")
+        if run.get("detector"):
+            print_details("Laggard", run["detector"], args.show)
+        if run.get("clean") and run["clean"].get("detector_fp"):
+            print(f"  Laggard on the fault-free fleet: {run['clean']['detector_flags']} flag(s):")
+            for fp in run["clean"]["detector_fp"][: args.show]:
+                print(f"    {fp['node']} gpu={fp['gpu']} {fp['cause']} at +{fp['detected_at'] - t0:.0f} s: {fp['summary'][:140]}")
+        print(f"  push: {run['push']}")
+    print(f"\nwall time {wall:.0f} s")
+
+    payload = {
+        "command": "python bench/detection.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": f"{os.cpu_count()} CPUs",
+        "wall_s": wall,
+        "config": {"nodes": args.nodes, "intervals": intervals, "duration": args.duration, "seed": args.seed, "t0": t0,
+                   "faults_per_cause": args.faults_per_cause, "grace": args.grace, "batch_seconds": args.batch_seconds,
+                   "clients": args.clients},
+        "runs": runs,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(payload, indent=1, default=str))
+        print(f"wrote {args.json}")
+    if args.write_docs:
+        payload["command"] = payload["command"].replace(f" --json {args.json}", "") if args.json else payload["command"]
+        write_docs(payload)
+        print(f"wrote {DOCS.relative_to(ROOT)}")
+    return 0
+
+
+def _run_all(args, collector: Collector, fleets, t0: float) -> list[dict]:
+    pushed: list[tuple[float, Fleet, Fleet | None, dict, PushStats]] = []
+    for iv, faulty, clean in fleets:
+        for fleet in (faulty, clean):
+            if fleet is None:
+                continue
+            batch = max(1, round(args.batch_seconds / iv))
+            base = FixedThresholdDetector()
+            strict = FixedThresholdDetector(BaselineSettings(count_power_cap=True))
+            cpu0 = collector.cpu_seconds()
+            print(f"  pushing {fleet.cfg.cluster}: {fleet.cfg.steps} samples x {len(fleet.sims)} nodes, {batch} samples per request ...", flush=True)
+            stats = push_fleet(fleet, collector, batch=batch, clients=args.clients, baselines=[base, strict])
+            cpu = collector.cpu_seconds()
+            rate = stats.gpu_samples / stats.seconds
+            cpu_txt = f", collector {((cpu - cpu0) / stats.seconds):.2f} cores" if cpu is not None and cpu0 is not None else ""
+            print(f"    {stats.gpu_samples:,} GPU-samples in {stats.requests} requests, {stats.seconds:.0f} s ({rate:,.0f}/s{cpu_txt})", flush=True)
+            pushed.append((iv, fleet, faulty, {"baseline": base.finish(), "strict": strict.finish()}, stats))
+
+    clusters = {f.cfg.cluster: f.t_end - f.cfg.interval for _, f, _, _, _ in pushed}
+    since, until = t0 - 1.0, max(f.t_end for _, f, _, _, _ in pushed) + 3600.0
+    print("  waiting for the detector ...", flush=True)
+    w0 = time.perf_counter()
+    ok, note = wait_for_detection(collector, clusters, since=since, until=until, timeout=args.wait, settle=args.settle)
+    print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
+
+    runs = []
+    for iv, faulty, clean in fleets:
+        entry: dict = {"interval": iv}
+        main_fleet = faulty or clean
+        entry["fleet_summary"] = (f"{len(main_fleet.sims)} nodes, {main_fleet.cfg.steps} samples each, "
+                                  f"{len(faulty.truth) if faulty else 0} injected faults")
+        if note:
+            entry["detector_note"] = note
+        for _iv, fleet, _f0, base_eps, stats in pushed:
+            if _iv != iv:
+                continue
+            det_eps = fetch_episodes(collector.url, fleet.cfg.cluster, since, until)
+            if det_eps is None:
+                entry["detector_note"] = "no stragglers endpoint on this collector: Laggard columns empty"
+            if fleet is faulty:
+                sc_b = score(fleet.truth, base_eps["baseline"], interval=iv, grace=args.grace)
+                sc_s = score(fleet.truth, base_eps["strict"], interval=iv, grace=args.grace)
+                entry["baseline"] = sc_b
+                entry["baseline_with_power_cap"] = {"overall": sc_s["overall"]}
+                entry["detector"] = None if det_eps is None else score(fleet.truth, det_eps, interval=iv, grace=args.grace)
+                entry["truth"] = [f.to_json() for f in fleet.truth]
+                entry["episodes"] = {"detector": det_eps, "baseline": base_eps["baseline"]}
+                entry["push"] = f"{stats.gpu_samples:,} GPU-samples, {stats.seconds:.0f} s"
+            else:
+                entry["clean"] = {
+                    "detector_flags": None if det_eps is None else len(det_eps),
+                    "detector_fp": None if det_eps is None else [_fp_record(e, [], 0) for e in det_eps],
+                    "baseline_flags": len(base_eps["baseline"]),
+                    "baseline_with_power_cap_flags": len(base_eps["strict"]),
+                    "baseline_by_cause": _by_cause(base_eps["baseline"]),
+                    "detector_by_cause": None if det_eps is None else _by_cause(det_eps),
+                }
+                entry.setdefault("push", f"{stats.gpu_samples:,} GPU-samples, {stats.seconds:.0f} s (fault-free)")
+        if faulty is None:  # --fault-free: an empty score for the table
+            entry["baseline"] = score([], [], interval=iv, grace=args.grace)
+            entry["detector"] = None
+        runs.append(entry)
+    return runs
+
+
+def _by_cause(eps: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in eps:
+        out[e["cause"]] = out.get(e["cause"], 0) + 1
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
