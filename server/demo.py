@@ -14,12 +14,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
+
 from agent import __version__ as agent_version
 from agent.push import Pusher
 from agent.runner import Runner
 from agent.sim.fleet import SimFleet, SimulatedNode
 from server.app import create_app
 from server.serve import RunningServer, start_in_thread
+from server.detect.settings import DetectionSettings
 from server.settings import Settings
 
 CLUSTER = "demo"
@@ -36,7 +39,9 @@ DEMO_FAULTS: dict[int, list[str]] = {
 
 def run_demo(args: argparse.Namespace) -> int:
     database_url = args.database_url or _fresh_sqlite(Path.cwd() / "laggard-demo.db")
-    settings = Settings(database_url=database_url, host=args.host, port=args.port)
+    # Every simulated agent starts at once: no need to wait long for late starters.
+    settings = Settings(database_url=database_url, host=args.host, port=args.port,
+                        detection=DetectionSettings(settle_s=2 * args.interval))
     try:
         server = start_in_thread(create_app(settings), host=args.host, port=args.port)
     except OSError as exc:
@@ -109,7 +114,9 @@ def _show_progress(server: RunningServer, agents: list[tuple[Pusher, threading.T
     writer = server.server.config.app.state.writer
     started = time.monotonic()
     last = (started, 0)
+    shown: dict[int, dict] = {}
     while not stop.wait(max(args.interval, 2.0)):
+        _show_stragglers(server.url, shown)
         now = time.monotonic()
         committed = writer.committed_samples
         rate = (committed - last[1]) / max(now - last[0], 1e-9)
@@ -118,6 +125,24 @@ def _show_progress(server: RunningServer, agents: list[tuple[Pusher, threading.T
         failing = sum(p.stats.failed_attempts for p, _ in agents)
         reporting = sum(1 for p, _ in agents if p.stats.sent_samples)
         print(f"  {now - started:6.0f}s  nodes reporting {reporting}/{len(agents)}  samples committed {committed} "
-              f"({rate:.1f}/s, {committed * args.gpus} GPU-samples)  acknowledged to agents {sent}  failed pushes {failing}", flush=True)
+              f"({rate:.1f}/s, {committed * args.gpus} GPU-samples)  acknowledged to agents {sent}  failed pushes {failing}  "
+              f"stragglers {len(shown)}", flush=True)
         if args.duration is not None and now - started >= args.duration:
             return
+
+
+def _show_stragglers(url: str, shown: dict[int, dict]) -> None:
+    """Print episodes as they open and resolve, read through the public API."""
+    try:
+        active = {s["id"]: s for s in httpx.get(f"{url}/api/v1/stragglers", timeout=5).json()["stragglers"]}
+    except httpx.HTTPError:
+        return
+    for eid, s in active.items():
+        if eid not in shown:
+            where = s["node"] if s["gpu"] is None else f"{s['node']} GPU {s['gpu']}"
+            print(f"  ▲ straggler #{eid} {where}: {s['cause']} ({s['severity']}) — {s['summary']}", flush=True)
+    for eid in [e for e in shown if e not in active]:
+        s = shown[eid]
+        print(f"  ▼ resolved #{eid} {s['node']}: {s['cause']}", flush=True)
+    shown.clear()
+    shown.update(active)

@@ -21,7 +21,7 @@ def _free_port() -> int:
 def test_demo_fleet_reports_through_the_collector(tmp_path):
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "demo", "--nodes", "4", "--gpus", "8", "--interval", "1", "--duration", "30", "--port", str(port)],
+        [sys.executable, "-m", "server.cli", "demo", "--nodes", "4", "--gpus", "8", "--interval", "1", "--duration", "60", "--port", str(port)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
     )
     try:
@@ -45,11 +45,20 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
         assert detail["gpus"][0]["latest"]["clocks_event_reasons"] & (0x20 | 0x40) == 0
         assert len(detail["nics"]) == 8 and detail["nics"][0]["latest"]["state"] == "ACTIVE"
         assert (tmp_path / "laggard-demo.db").exists()
+        # The detector finds the injected fault, and nothing else.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            found = httpx.get(f"{url}/api/v1/stragglers", timeout=5).json()["stragglers"]
+            if found:
+                break
+            time.sleep(0.5)
+        assert [(s["node"], s["gpu"], s["cause"]) for s in found] == [("gpu-node-002", 5, "thermal")]
         time.sleep(2.5)  # at least one progress line
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     assert "laggard demo" in out.lower() or "Laggard demo" in out
     assert re.search(r"nodes reporting 4/4", out), out[-2000:]
+    assert "straggler #1 gpu-node-002 GPU 5: thermal" in out
     assert "Traceback" not in out, out[-3000:]
     assert proc.returncode == 0 and "stopped." in out
