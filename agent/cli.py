@@ -104,6 +104,9 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                         "IB tree instead of the real ones (env LAGGARD_SIMULATE)")
     p.add_argument("--fault", metavar="SPEC", action="append", default=[],
                    help="with --simulate: inject a fault, repeatable (e.g. gpu3:thermal, ib2:down)")
+    p.add_argument("--metrics-port", metavar="[HOST:]PORT", default=env.get("LAGGARD_METRICS_PORT") or None,
+                   help="serve this node's latest readings at http://HOST:PORT/metrics, Prometheus text format "
+                        "(env LAGGARD_METRICS_PORT; default off; HOST defaults to 0.0.0.0)")
     p.add_argument("--log-level", default=env.get("LAGGARD_LOG_LEVEL", "INFO"),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                    help="(env LAGGARD_LOG_LEVEL; default %(default)s)")
@@ -126,6 +129,7 @@ class Config:
     simulate: tuple[str, int] | None
     faults: list[str] = field(default_factory=list)
     log_level: str = "INFO"
+    metrics_port: str | None = None  # [HOST:]PORT of the node's own /metrics (agent/metrics.py)
 
 
 def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
@@ -153,6 +157,13 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         simulate = parse_simulate(args.simulate) if args.simulate else None
         if args.fault and simulate is None:
             raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
+        if args.metrics_port:
+            from agent.metrics import parse_listen
+
+            try:
+                parse_listen(args.metrics_port)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     except UsageError as exc:
         parser.error(str(exc))
     node = args.node or env.get("NODE_NAME") or socket.gethostname()
@@ -160,7 +171,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         collector=args.collector, interval=interval, node=node, cluster=args.cluster, labels=labels,
         sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=args.token,
         once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
-        faults=list(args.fault), log_level=args.log_level,
+        faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
     )
 
 
@@ -253,7 +264,13 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
         token=cfg.token, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
         queue=MemoryQueue(cfg.max_queue),
     ).start()
-    runner = Runner(sources.gpus, pusher, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)
+    sink, metrics_server = pusher, None
+    if cfg.metrics_port:  # the node's own /metrics: a tee in front of the pusher (agent/metrics.py)
+        from agent.metrics import start_metrics
+
+        sink, metrics_server = start_metrics(cfg.metrics_port, pusher, node=cfg.node, cluster=cfg.cluster,
+                                             driver=agent_info(sources.gpus)["driver"], pusher=pusher)
+    runner = Runner(sources.gpus, sink, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)
     log.info("laggard-agent %s: node=%s cluster=%s collector=%s interval=%gs batch=%d%s",
              __version__, cfg.node, cfg.cluster, cfg.collector, cfg.interval, cfg.batch,
              f" simulate={cfg.simulate[0]}:{cfg.simulate[1]}" if cfg.simulate else "")
@@ -261,6 +278,8 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
         runner.run()
     finally:
         pusher.close()
+        if metrics_server is not None:
+            metrics_server.close()
         log.info("stopped: %d samples sent, %d rejected, %d dropped from the queue",
                  pusher.stats.sent_samples, pusher.stats.rejected_samples, pusher.dropped)
 

@@ -106,8 +106,9 @@ class Tally:
 def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: float) -> dict:
     """Match episodes to injected faults and tally per cause.
 
-    An episode matches a fault of the same cluster, node, GPU (None for network: node-level)
-    and cause when its onset or its detected_at lies in [start, end + grace]. A fault is
+    An episode matches a fault of the same cluster, node, GPU (None for network: node-level;
+    when the episode's evidence names a port it must be the faulty one) and cause when its
+    onset or its detected_at lies in [start, end + grace]. A fault is
     detected when at least one episode matches it; its time-to-detect is that of the earliest
     match. An episode matching nothing is a false positive, listed with its summary and, when
     it overlaps a fault of the same entity with another cause, that fault (a wrong cause).
@@ -132,6 +133,8 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
         gpu = ep.get("gpu")
         match = None
         for f in by_key.get((ep["cluster"], ep["node"], gpu, cause), ()):
+            if f.nic is not None and _device(ep) not in (None, f.nic):
+                continue  # the episode names another port of the node
             lo, hi = f.start - eps, f.end + grace + eps
             if lo <= ep["onset"] <= hi or lo <= ep["detected_at"] <= hi:
                 match = f
@@ -160,6 +163,12 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
         "false_positives": false_positives,
         "missed": missed,
     }
+
+
+def _device(ep: dict) -> str | None:
+    evidence = ep.get("evidence") or {}
+    device = evidence.get("device") if isinstance(evidence, dict) else None
+    return device if isinstance(device, str) else None
 
 
 def _fp_record(ep: dict, truth: list[Fault], grace: float) -> dict:
@@ -282,21 +291,28 @@ class PushStats:
     gpu_samples: int = 0
     seconds: float = 0.0
     retries: int = 0
+    rounds_done: int = 0
+    rounds: int = 0
+    error: str | None = None
 
 
 def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, baselines: list[FixedThresholdDetector],
-               progress: bool = True) -> PushStats:
+               stats: PushStats | None = None) -> PushStats:
     """Push the fleet round by round (every node's next `batch` samples), each round only
     after the previous one was committed, from `clients` keep-alive connections, while the
-    next round is being generated; feed every sample to the baselines on the way."""
+    next round is being generated; feed every sample to the baselines on the way.
+
+    Round by round is how a fleet's agents send: sample time advances together across the
+    fleet (no node a whole batch ahead of another), so an event-time detector's watermark
+    never passes a node whose batch is still on its way."""
     host, port = collector.host_port
     work: queue.Queue = queue.Queue()
     errors: list[str] = []
-    stats = PushStats()
+    stats = stats or PushStats()
     lock = threading.Lock()
 
     def client() -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=120)
+        conn = http.client.HTTPConnection(host, port, timeout=300)
         headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
         while True:
             item = work.get()
@@ -304,6 +320,7 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
                 work.task_done()
                 break
             body = gzip.compress(item, compresslevel=1)
+            payload = b""
             for attempt in range(8):
                 try:
                     conn.request("POST", "/api/v1/samples", body=body, headers=headers)
@@ -311,7 +328,7 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
                     payload = resp.read()
                 except (OSError, http.client.HTTPException) as exc:
                     conn.close()
-                    conn = http.client.HTTPConnection(host, port, timeout=120)
+                    conn = http.client.HTTPConnection(host, port, timeout=300)
                     status, payload = None, str(exc).encode()
                 else:
                     status = resp.status
@@ -331,13 +348,11 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for t in threads:
         t.start()
-    cfg = fleet.cfg
     n_nodes = len(fleet.sims)
-    rounds = math.ceil(cfg.steps / batch)
+    stats.rounds = math.ceil(fleet.cfg.steps / batch)
     start = time.perf_counter()
-    last_print = start
     pending: list[bytes] = []
-    for i, (_idx, body) in enumerate(fleet.batches(batch)):
+    for _idx, body in fleet.batches(batch):
         for sample in body["samples"]:
             for b in baselines:
                 b.feed(body["cluster"], body["node"], sample)
@@ -347,68 +362,80 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
             work.join()  # the previous round is committed
             if errors:
                 break
+            if not collector.alive():
+                errors.append("collector died:\n" + collector.log_tail())
+                break
+            stats.rounds_done += 1 if stats.requests else 0
             for item in pending:
                 work.put(item)
             stats.requests += len(pending)
             pending = []
-            now = time.perf_counter()
-            if progress and now - last_print > 15:
-                done = (i + 1) // n_nodes
-                print(f"    {cfg.cluster}: {done}/{rounds} rounds, {stats.gpu_samples / (now - start):,.0f} GPU-samples/s", flush=True)
-                last_print = now
-            if not collector.alive():
-                errors.append("collector died:\n" + collector.log_tail())
-                break
-    for item in pending:
-        work.put(item)
-    stats.requests += len(pending)
+    work.join()
+    if not errors:
+        stats.rounds_done = stats.rounds
     for _ in threads:
         work.put(None)
     for t in threads:
         t.join()
     stats.seconds = time.perf_counter() - start
     if errors:
-        raise SystemExit(f"{len(errors)} requests failed, first: {errors[0]}")
+        stats.error = f"{len(errors)} requests failed, first: {errors[0]}"
     return stats
 
 
-def wait_for_detection(collector: Collector, clusters: dict[str, float], *, since: float, until: float, timeout: float,
+def detection_behind(collector: Collector, clusters: dict[str, float]) -> dict[str, float] | None:
+    """Seconds of sample time each cluster's detector still has to judge (only clusters still
+    behind); None when progress is not readable (a --url collector)."""
+    judged = collector.judged_until()
+    if judged is None:
+        return None
+    return {c: last - judged.get(c, float("-inf")) for c, last in clusters.items() if judged.get(c, float("-inf")) < last}
+
+
+def wait_for_detection(targets: list[tuple[Collector, dict[str, float]]], *, since: float, until: float, timeout: float,
                        settle: float) -> tuple[bool, str]:
-    """Until the detector has judged every cluster's last instant (read from our own
-    database), then until the episode lists stop changing for `settle` seconds."""
+    """Until every detector has judged its clusters' last instant (read from our own
+    databases), then until the episode lists stop changing for `settle` seconds. A detector
+    that makes no progress for 5 minutes while its process sits idle is declared stuck."""
     deadline = time.monotonic() + timeout
-    note = ""
-    last_change, last_seen, last_print = time.monotonic(), None, 0.0
-    while collector.judged_until() is not None and time.monotonic() < deadline:
-        judged = collector.judged_until() or {}
-        behind = {c: last - judged.get(c, float("-inf")) for c, last in clusters.items() if judged.get(c, float("-inf")) < last}
-        if not behind:
-            break
-        if judged != last_seen:
-            last_seen, last_change = judged, time.monotonic()
-        elif time.monotonic() - last_change > 120:
-            note = f"detector made no progress for 120 s; behind by {behind}"
+    last_print = time.monotonic()
+    seen: dict[int, tuple] = {}
+    while time.monotonic() < deadline:
+        behind_all = {}
+        for i, (collector, clusters) in enumerate(targets):
+            if not collector.alive():
+                return False, "collector died:\n" + collector.log_tail()
+            behind = detection_behind(collector, clusters)
+            if not behind:
+                continue
+            behind_all.update(behind)
+            cpu = collector.cpu_seconds() or 0.0
+            prev = seen.get(i)
+            if prev is None or prev[0] != behind:
+                seen[i] = (behind, time.monotonic(), cpu)
+            elif time.monotonic() - prev[1] > 300 and cpu - prev[2] < 5.0:
+                return False, f"detector stuck: no progress for 300 s with its process idle; behind by {behind}"
+        if not behind_all:
             break
         if time.monotonic() - last_print > 15:
-            print("    detector behind by " + ", ".join(f"{c} {s:.0f} s" for c, s in behind.items()), flush=True)
+            print("    detector still to judge: " + ", ".join(f"{c} {s:.0f} s" for c, s in behind_all.items()), flush=True)
             last_print = time.monotonic()
-        if not collector.alive():
-            return False, "collector died:\n" + collector.log_tail()
         time.sleep(1.0)
     previous, stable_since = None, time.monotonic()
     while time.monotonic() < deadline:
         snapshot = []
-        for cluster in clusters:
-            eps = fetch_episodes(collector.url, cluster, since, until)
-            if eps is None:
-                return False, "no stragglers endpoint"
-            snapshot.append(sorted((e["id"], e["detected_at"], e.get("resolved_at"), e["severity"]) for e in eps))
+        for collector, clusters in targets:
+            for cluster in clusters:
+                eps = fetch_episodes(collector.url, cluster, since, until)
+                if eps is None:
+                    return False, "no stragglers endpoint"
+                snapshot.append(sorted((e["id"], e["detected_at"], e.get("resolved_at"), e["severity"]) for e in eps))
         if snapshot != previous:
             previous, stable_since = snapshot, time.monotonic()
         elif time.monotonic() - stable_since >= settle:
-            return True, note
+            return True, ""
         time.sleep(1.0)
-    return False, (note + "; " if note else "") + f"episodes still changing after {timeout:.0f} s"
+    return False, f"detection not finished after {timeout:.0f} s"
 
 
 # --- reporting -----------------------------------------------------------------------------
@@ -495,6 +522,24 @@ def variant_lines(run: dict) -> list[str]:
     return out
 
 
+VARIANTS_BEGIN, VARIANTS_END = "<!-- variants:begin -->", "<!-- variants:end -->"
+
+
+def variants_markdown() -> str:
+    """The fault catalogue (bench/fleetgen/faults.py VARIANTS) as the docs' table."""
+    lines = ["| cause | variant | subtle | what the samples show |", "|---|---|:-:|---|"]
+    lines += [f"| {v.cause} | {v.name} |{' ✓ ' if v.subtle else '  '}| {v.what} |" for v in VARIANTS]
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, begin: str, end: str, block: str) -> str:
+    if begin not in text or end not in text:
+        return text.rstrip() + f"\n\n{begin}\n{block}{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}{end}{tail}"
+
+
 def write_docs(payload: dict) -> None:
     cfg = payload["config"]
     parts = [f"Run: `{payload['command']}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
@@ -517,12 +562,9 @@ def write_docs(payload: dict) -> None:
         parts.append("</details>")
         parts.append("")
     block = "\n".join(parts).rstrip() + "\n"
-    text = DOCS.read_text() if DOCS.exists() else f"# Detection\n\n{DOCS_BEGIN}\n{DOCS_END}\n"
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        text = text.rstrip() + f"\n\n## Results\n\n{DOCS_BEGIN}\n{DOCS_END}\n"
-    head, rest = text.split(DOCS_BEGIN, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    DOCS.write_text(f"{head}{DOCS_BEGIN}\n{block}{DOCS_END}{tail}")
+    text = DOCS.read_text() if DOCS.exists() else "# Detection\n"
+    text = _replace_block(text, VARIANTS_BEGIN, VARIANTS_END, variants_markdown() + "\n")
+    DOCS.write_text(_replace_block(text, DOCS_BEGIN, DOCS_END, block))
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -542,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=4, help="concurrent pushing connections")
     p.add_argument("--grace", type=float, default=120.0, help="seconds after a fault's end an episode still matches it")
     p.add_argument("--url", help="a running collector (default: start our own on a temporary SQLite file)")
-    p.add_argument("--wait", type=float, default=900.0, help="longest wait for the detector to catch up, seconds")
+    p.add_argument("--wait", type=float, default=1800.0, help="longest wait for the detector to catch up, seconds")
     p.add_argument("--settle", type=float, default=5.0, help="episode lists unchanged this long = detection done")
     p.add_argument("--json", metavar="PATH", help="write config, ground truth, episodes and scores here")
     p.add_argument("--write-docs", action="store_true", help=f"replace the results section of {DOCS.relative_to(ROOT)}")
@@ -569,11 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {len(fleets[0][1].truth)} injected faults per faulty fleet ({args.faults_per_cause} per cause; a node-wide power brake counts 8)")
 
     with tempfile.TemporaryDirectory(prefix="laggard-detection-") as tmp:
-        collector = Collector(args.url, Path(tmp))
-        try:
-            runs = _run_all(args, collector, fleets, t0)
-        finally:
-            collector.stop()
+        runs = _run_all(args, fleets, t0, Path(tmp))
     wall = time.perf_counter() - wall0
 
     for run in runs:
@@ -589,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  Laggard on the fault-free fleet: {run['clean']['detector_flags']} flag(s):")
             for fp in run["clean"]["detector_fp"][: args.show]:
                 print(f"    {fp['node']} gpu={fp['gpu']} {fp['cause']} at +{fp['detected_at'] - t0:.0f} s: {fp['summary'][:140]}")
-        print(f"  push: {run['push']}")
+        if run.get("push"):
+            print(f"  push: {run['push']}")
     print(f"\nwall time {wall:.0f} s")
 
     payload = {
@@ -611,64 +650,104 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run_all(args, collector: Collector, fleets, t0: float) -> list[dict]:
-    pushed: list[tuple[float, Fleet, Fleet | None, dict, PushStats]] = []
-    for iv, faulty, clean in fleets:
-        for fleet in (faulty, clean):
-            if fleet is None:
-                continue
-            batch = max(1, round(args.batch_seconds / iv))
-            base = FixedThresholdDetector()
-            strict = FixedThresholdDetector(BaselineSettings(count_power_cap=True))
-            cpu0 = collector.cpu_seconds()
-            print(f"  pushing {fleet.cfg.cluster}: {fleet.cfg.steps} samples x {len(fleet.sims)} nodes, {batch} samples per request ...", flush=True)
-            stats = push_fleet(fleet, collector, batch=batch, clients=args.clients, baselines=[base, strict])
-            cpu = collector.cpu_seconds()
-            rate = stats.gpu_samples / stats.seconds
-            cpu_txt = f", collector {((cpu - cpu0) / stats.seconds):.2f} cores" if cpu is not None and cpu0 is not None else ""
-            print(f"    {stats.gpu_samples:,} GPU-samples in {stats.requests} requests, {stats.seconds:.0f} s ({rate:,.0f}/s{cpu_txt})", flush=True)
-            pushed.append((iv, fleet, faulty, {"baseline": base.finish(), "strict": strict.finish()}, stats))
+@dataclass
+class _Job:
+    interval: float
+    fleet: Fleet
+    faulty: bool
+    collector: Collector | None = None
+    stats: PushStats = field(default_factory=PushStats)
+    baseline: FixedThresholdDetector = field(default_factory=FixedThresholdDetector)
+    strict: FixedThresholdDetector = field(default_factory=lambda: FixedThresholdDetector(BaselineSettings(count_power_cap=True)))
+    cpu0: float | None = None
 
-    clusters = {f.cfg.cluster: f.t_end - f.cfg.interval for _, f, _, _, _ in pushed}
-    since, until = t0 - 1.0, max(f.t_end for _, f, _, _, _ in pushed) + 3600.0
-    print("  waiting for the detector ...", flush=True)
-    w0 = time.perf_counter()
-    ok, note = wait_for_detection(collector, clusters, since=since, until=until, timeout=args.wait, settle=args.settle)
-    print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
+
+def _run_all(args, fleets, t0: float, workdir: Path) -> list[dict]:
+    """Each fleet into its own collector (own SQLite file, own detector process), all at
+    once: the collectors are single-process and detection-bound, so this uses the cores a
+    sequential run would leave idle. With --url every fleet goes to that collector."""
+    jobs = [_Job(iv, fleet, fleet is faulty) for iv, faulty, clean in fleets for fleet in (faulty, clean) if fleet is not None]
+    try:
+        for job in jobs:
+            sub = workdir / job.fleet.cfg.cluster
+            sub.mkdir()
+            job.collector = Collector(args.url, sub)
+            job.cpu0 = job.collector.cpu_seconds()
+
+        def push(job: _Job) -> None:
+            batch = max(1, round(args.batch_seconds / job.interval))
+            try:
+                push_fleet(job.fleet, job.collector, batch=batch, clients=args.clients, baselines=[job.baseline, job.strict],
+                           stats=job.stats)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                job.stats.error = f"{type(exc).__name__}: {exc}"
+
+        for job in jobs:
+            batch = max(1, round(args.batch_seconds / job.interval))
+            print(f"  pushing {job.fleet.cfg.cluster}: {job.fleet.cfg.steps} samples x {len(job.fleet.sims)} nodes, "
+                  f"{batch} samples per request", flush=True)
+        threads = [threading.Thread(target=push, args=(job,), daemon=True) for job in jobs]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(15.0 / len(threads))
+            if any(t.is_alive() for t in threads):
+                print("    pushed " + ", ".join(f"{j.fleet.cfg.cluster} {j.stats.rounds_done}/{j.stats.rounds}" for j in jobs), flush=True)
+        for job in jobs:
+            if job.stats.error:
+                raise SystemExit(f"pushing {job.fleet.cfg.cluster}: {job.stats.error}")
+            cpu = job.collector.cpu_seconds()
+            st = job.stats
+            cpu_txt = f", collector {cpu - job.cpu0:.0f} CPU-s so far" if cpu is not None and job.cpu0 is not None else ""
+            print(f"    {job.fleet.cfg.cluster}: {st.gpu_samples:,} GPU-samples in {st.requests} requests, {st.seconds:.0f} s "
+                  f"({st.gpu_samples / st.seconds:,.0f}/s{cpu_txt})", flush=True)
+
+        since, until = t0 - 1.0, max(j.fleet.t_end for j in jobs) + 3600.0
+        print("  waiting for the detector(s) ...", flush=True)
+        w0 = time.perf_counter()
+        targets = [(j.collector, {j.fleet.cfg.cluster: j.fleet.t_end - j.fleet.cfg.interval}) for j in jobs]
+        ok, note = wait_for_detection(targets, since=since, until=until, timeout=args.wait, settle=args.settle)
+        print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
+        episodes = {id(j): fetch_episodes(j.collector.url, j.fleet.cfg.cluster, since, until) for j in jobs}
+        cpu = {id(j): (j.collector.cpu_seconds() or 0.0) - (j.cpu0 or 0.0) if j.cpu0 is not None else None for j in jobs}
+    finally:
+        for job in jobs:
+            if job.collector is not None:
+                job.collector.stop()
 
     runs = []
     for iv, faulty, clean in fleets:
-        entry: dict = {"interval": iv}
         main_fleet = faulty or clean
-        entry["fleet_summary"] = (f"{len(main_fleet.sims)} nodes, {main_fleet.cfg.steps} samples each, "
-                                  f"{len(faulty.truth) if faulty else 0} injected faults")
+        entry: dict = {"interval": iv, "fleet_summary": f"{len(main_fleet.sims)} nodes, {main_fleet.cfg.steps} samples each, "
+                                                         f"{len(faulty.truth) if faulty else 0} injected faults"}
         if note:
             entry["detector_note"] = note
-        for _iv, fleet, _f0, base_eps, stats in pushed:
-            if _iv != iv:
-                continue
-            det_eps = fetch_episodes(collector.url, fleet.cfg.cluster, since, until)
+        for job in (j for j in jobs if j.interval == iv):
+            det_eps = episodes[id(job)]
             if det_eps is None:
                 entry["detector_note"] = "no stragglers endpoint on this collector: Laggard columns empty"
-            if fleet is faulty:
-                sc_b = score(fleet.truth, base_eps["baseline"], interval=iv, grace=args.grace)
-                sc_s = score(fleet.truth, base_eps["strict"], interval=iv, grace=args.grace)
-                entry["baseline"] = sc_b
+            base_eps, strict_eps = job.baseline.finish(), job.strict.finish()
+            push_txt = (f"{job.stats.gpu_samples:,} GPU-samples in {job.stats.seconds:.0f} s"
+                        + (f", collector {cpu[id(job)]:.0f} CPU-s" if cpu[id(job)] is not None else ""))
+            if job.faulty:
+                sc_s = score(job.fleet.truth, strict_eps, interval=iv, grace=args.grace)
+                entry["baseline"] = score(job.fleet.truth, base_eps, interval=iv, grace=args.grace)
                 entry["baseline_with_power_cap"] = {"overall": sc_s["overall"]}
-                entry["detector"] = None if det_eps is None else score(fleet.truth, det_eps, interval=iv, grace=args.grace)
-                entry["truth"] = [f.to_json() for f in fleet.truth]
-                entry["episodes"] = {"detector": det_eps, "baseline": base_eps["baseline"]}
-                entry["push"] = f"{stats.gpu_samples:,} GPU-samples, {stats.seconds:.0f} s"
+                entry["detector"] = None if det_eps is None else score(job.fleet.truth, det_eps, interval=iv, grace=args.grace)
+                entry["truth"] = [f.to_json() for f in job.fleet.truth]
+                entry["episodes"] = {"detector": det_eps, "baseline": base_eps}
+                entry["push"] = push_txt
             else:
                 entry["clean"] = {
                     "detector_flags": None if det_eps is None else len(det_eps),
                     "detector_fp": None if det_eps is None else [_fp_record(e, [], 0) for e in det_eps],
-                    "baseline_flags": len(base_eps["baseline"]),
-                    "baseline_with_power_cap_flags": len(base_eps["strict"]),
-                    "baseline_by_cause": _by_cause(base_eps["baseline"]),
+                    "baseline_flags": len(base_eps),
+                    "baseline_with_power_cap_flags": len(strict_eps),
+                    "baseline_by_cause": _by_cause(base_eps),
                     "detector_by_cause": None if det_eps is None else _by_cause(det_eps),
+                    "push": push_txt,
                 }
-                entry.setdefault("push", f"{stats.gpu_samples:,} GPU-samples, {stats.seconds:.0f} s (fault-free)")
         if faulty is None:  # --fault-free: an empty score for the table
             entry["baseline"] = score([], [], interval=iv, grace=args.grace)
             entry["detector"] = None

@@ -14,9 +14,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from server import __version__
-from server.api import gpus, health, nodes, samples, stragglers
+from server.alerts import runtime as alerts_runtime
+from server.api import gpus, health, hints, metrics, nodes, samples, scheduler, stragglers
 from server.detect.service import DetectionService
 from server.errors import ApiError
+from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
 from server.settings import Settings
 from server.store import migrate
@@ -30,8 +32,9 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
     app.state.settings = settings
-    for module in (samples, nodes, gpus, stragglers, health):
+    for module in (samples, nodes, gpus, stragglers, hints, scheduler, health, metrics):
         app.include_router(module.router)
+    metrics_runtime.install(app)  # ingest timing middleware (issue #5)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(Exception, _unexpected_error)
     app.openapi = lambda: _openapi(app)
@@ -46,6 +49,7 @@ def create_app_from_env() -> FastAPI:
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    routes = alerts_runtime.routing(settings)  # a bad routes file fails the start, before anything runs
     engine = make_engine(settings.database_url)
     if settings.migrate_on_start:
         migrate.upgrade(engine)
@@ -57,11 +61,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.detection_enabled:
         detection.start()
     app.state.detection = detection
+    # Alert dispatch and the shared metric counters act where detection leads (issue #5).
+    dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
+    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     try:
         yield
     finally:
         retention.cancel()
+        await asyncio.to_thread(dispatcher.stop)
+        await asyncio.to_thread(maintainer.stop)
         await asyncio.to_thread(detection.stop)
         with contextlib.suppress(asyncio.CancelledError):
             await retention

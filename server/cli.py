@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from server import cli_stragglers
+from server import cli_hints, cli_stragglers
 from server.settings import Settings
 
 
@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo)
 
     cli_stragglers.add_parser(sub)
+    cli_hints.add_parser(sub)
     return parser
 
 

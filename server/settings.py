@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
+from server.metrics.settings import MetricsSettings
+from server.hints.settings import HintSettings
 
 MIB = 1024 * 1024
 
@@ -31,9 +34,16 @@ class Settings(BaseSettings):
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     detection_enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
     detection_poll_s: float = Field(0.2, description="How often the detector looks for newly committed samples.")
+    hints: HintSettings = Field(default_factory=HintSettings, description="Scheduler hints (server/hints, docs/rebalancing.md).")
 
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
+
+    # Prometheus exposition and alert webhooks (issue #5; docs/observability.md).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    webhook_urls: str = Field("", description="Comma-separated webhook URLs that receive every alert (Alertmanager v4 payload).")
+    webhook_secret: SecretStr | None = Field(None, description="HMAC-SHA256 key for the X-Laggard-Signature header.")
 
     @field_validator("database_url")
     @classmethod

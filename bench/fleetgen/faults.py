@@ -7,6 +7,7 @@ InfiniBand throughput 40% below its peers with no error)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from random import Random
 
@@ -41,17 +42,17 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("clock", "clock_20", False, "SM clock 20% below peers, no reason bit"),
     Variant("clock", "clock_30", False, "SM clock 30% below peers, no reason bit"),
     Variant("nvlink", "links_down", False, "2 NVLinks down (recovery errors at the start)"),
-    Variant("nvlink", "crc_rising", False, "NVLink CRC errors rising ~1.5/s (and replays)"),
-    Variant("nvlink", "replay_rising", False, "NVLink replay errors rising ~1/s"),
+    Variant("nvlink", "crc_rising", False, "NVLink CRC errors rising 1-8/s, every sample (and replays)"),
+    Variant("nvlink", "replay_rising", False, "NVLink replay errors rising 1-8/s, every sample"),
     Variant("nvlink", "bw_low", True, "NVLink throughput 40% below peers, no error"),
     Variant("pcie", "gen_down", False, "PCIe link trained 2 generations below max while busy"),
     Variant("pcie", "width_down", False, "PCIe link x8 instead of x16"),
-    Variant("pcie", "replays_rising", False, "PCIe replays rising ~1/s"),
+    Variant("pcie", "replays_rising", False, "PCIe replays rising 1-8/s while busy, every sample"),
     Variant("network", "port_down", False, "IB port DOWN (link_downed +1)", nic=True),
     Variant("network", "rate_200", False, "IB port at 200 Gb/s instead of 400 (link_downed +1)", nic=True),
-    Variant("network", "symbol_errors", False, "IB symbol errors rising ~1/s", nic=True),
+    Variant("network", "symbol_errors", False, "IB symbol errors rising 1-8/s, every sample", nic=True),
     Variant("network", "bw_low", True, "IB port throughput 40% below peers, no error", nic=True),
-    Variant("network", "xmit_wait", True, "IB port_xmit_wait 15x peers, throughput -20%", nic=True),
+    Variant("network", "xmit_wait", True, "IB port_xmit_wait 20-60x peers while busy, throughput -20%", nic=True),
     Variant("xid", "xid79", False, "XID 79 (fallen off the bus)", event=True),
     Variant("xid", "xid48", False, "XID 48 (double-bit ECC)", event=True),
     Variant("xid", "xid74", False, "XID 74 (NVLink error)", event=True),
@@ -163,6 +164,10 @@ def _make(v: Variant, n: int, cluster: str, node: str, links: int, start: float,
         "hw_slowdown": rng.uniform(0.45, 0.6),
         "clock_12": 0.88, "clock_20": 0.8, "clock_30": 0.7,
         "links_down": 2, "bw_low": 0.6,
+        # Error rates per second (log-uniform 1-8/s): from a marginal link to a failing one.
+        "crc_rising": math.exp(rng.uniform(0.0, math.log(8.0))), "replay_rising": math.exp(rng.uniform(0.0, math.log(8.0))),
+        "replays_rising": math.exp(rng.uniform(0.0, math.log(8.0))), "symbol_errors": math.exp(rng.uniform(0.0, math.log(8.0))),
+        "xmit_wait": rng.uniform(20.0, 60.0),
         "xid79": 79, "xid48": 48, "xid74": 74, "xid94": 94, "xid119": 119,
     }.get(v.name, 0.0)
     if v.node_wide:

@@ -166,7 +166,7 @@ def _job(name: str, members: list[int], duration: float, rng: Random) -> Job:
         mem_util=rng.uniform(25.0, 55.0), mem_frac=rng.uniform(0.8, 0.94),
         nvlink_frac=rng.uniform(0.25, 0.45), nvlink_compute=rng.uniform(0.1, 0.3),
         ib_bps=rng.uniform(18e9, 36e9), ib_compute=rng.uniform(0.05, 0.2),
-        wait_per_s=rng.uniform(2e4, 2e5), pcie_bps=rng.uniform(0.3e9, 3e9),
+        wait_per_s=rng.uniform(1e5, 8e5), pcie_bps=rng.uniform(0.3e9, 3e9),
     )
     _checkpoints(job, duration, rng)
     return job

@@ -200,7 +200,7 @@ class NodeSim:
             pcie = rng.uniform(4e9, 10e9)
             mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
         elif st == "ckpt_out":  # work resumed within this sample: partly busy, boost clock
-            util, umem, bits = rng.randint(30, 70), rng.uniform(5, 20), 0
+            util, umem, bits = rng.randint(30, 65), rng.uniform(5, 20), 0
             clock, power = m.sm_max - 15 * rng.randint(0, 2), limit * rng.uniform(0.35, 0.5)
             pcie = job.pcie_bps * rng.uniform(0.5, 2.0)
             nvl = m.nvlink_peak * job.nvlink_frac * 0.3
@@ -256,11 +256,11 @@ class NodeSim:
                         g.recovery += int(f.param)
                 elif working:
                     if v == "crc_rising":
-                        g.crc += max(1 if first else 0, _poisson(frng, 1.5 * dt))
-                        g.replay += _poisson(frng, 0.3 * dt)
+                        g.crc += max(1, _poisson(frng, f.param * dt))
+                        g.replay += _poisson(frng, 0.2 * f.param * dt)
                         nvl *= 0.93
                     elif v == "replay_rising":
-                        g.replay += max(1 if first else 0, _poisson(frng, 1.0 * dt))
+                        g.replay += max(1, _poisson(frng, f.param * dt))
                         nvl *= 0.9
                     elif v == "bw_low":
                         nvl *= f.param
@@ -271,7 +271,7 @@ class NodeSim:
                 elif v == "width_down":
                     pcie_width = 8
                 elif working:
-                    g.pcie_replay += max(1 if first else 0, _poisson(frng, 1.0 * dt))
+                    g.pcie_replay += max(1, _poisson(frng, f.param * dt))
             elif c == "ecc":
                 g.pending = True
                 if v == "uncorrected":
@@ -354,13 +354,13 @@ class NodeSim:
                 if first:
                     n.downed += 1
             elif v == "symbol_errors":
-                n.symbol += max(1 if first else 0, _poisson(self.frng, 1.0 * dt))
-                n.rcv += _poisson(self.frng, 0.2 * dt)
+                n.symbol += max(1, _poisson(self.frng, f.param * dt))
+                n.rcv += _poisson(self.frng, 0.2 * f.param * dt)
             elif st in WORKING:
                 if v == "bw_low":
                     bps *= f.param
                 elif v == "xmit_wait":
-                    wait *= 15.0
+                    wait *= f.param
                     bps *= 0.8
         for kind, who, u in noise:
             if who == i and kind in NIC_NOISE_PER_H:

@@ -13,6 +13,7 @@ import time
 
 from sqlalchemy import Engine, select
 
+from server.alerts.outbox import record_episode_change
 from server.detect.engine import Detector, EpisodeChange
 from server.detect.leader import LeaderLock
 from server.detect.persistence import Escalated, Opened, Resolved
@@ -114,11 +115,15 @@ class DetectionService:
                 cause=change.cause, severity=event.finding.severity, onset=event.onset, detected_at=event.detected_at,
                 evidence=_jsonable(event.finding.evidence), summary=event.finding.summary,
             )
+            record_episode_change(conn, episode_id=self.open_ids[key], change="opened")  # alert outbox (issue #5)
         elif isinstance(event, Escalated) and key in self.open_ids:
             episodes.escalate_episode(conn, episode_id=self.open_ids[key], severity=event.finding.severity,
                                       evidence=_jsonable(event.finding.evidence), summary=event.finding.summary)
+            record_episode_change(conn, episode_id=self.open_ids[key], change="escalated")  # alert outbox (issue #5)
         elif isinstance(event, Resolved) and key in self.open_ids:
-            episodes.resolve_episode(conn, episode_id=self.open_ids.pop(key), resolved_at=event.resolved_at)
+            episode_id = self.open_ids.pop(key)
+            episodes.resolve_episode(conn, episode_id=episode_id, resolved_at=event.resolved_at)
+            record_episode_change(conn, episode_id=episode_id, change="resolved")  # alert outbox (issue #5)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -63,6 +63,8 @@ class IdResolver:
         known = self.staged.gpus.get(uuid) or self.published.gpus.get(uuid)
         if known is not None and known[1:] == (node_id, index, model, pci_bus_id):
             return known.id
+        if self.conn is None:  # new, or moved: either way a write, left to the transaction
+            raise CacheMiss("gpus")
         if known is None:
             self._insert_ignore(schema.Gpu, uuid=uuid, node_id=node_id, index=index, model=model, pci_bus_id=pci_bus_id, first_seen=seen)
             row = self.conn.execute(

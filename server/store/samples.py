@@ -44,16 +44,29 @@ class SampleWriter:
         stamps = [s["ts"] for s in samples] or [0.0]
         node_id = ids.node_id(cluster=batch.get("cluster", DEFAULT_CLUSTER), name=batch["node"], seen=min(stamps))
         gpu_rows, nic_rows, xid_rows = [], [], []
+        # Every sample of a batch names the same GPUs and NICs: ask the resolver once per GPU
+        # (again only if its slot or model changes within the batch) and once per NIC.
+        gpu_ids: dict[str, tuple[tuple, int]] = {}
+        nic_ids: dict[tuple[str, int], int] = {}
         for sample in samples:
             ts = sample["ts"]
             for gpu in sample.get("gpus", ()):
-                gpu_id = ids.gpu_id(
-                    node_id=node_id, uuid=gpu["uuid"], index=gpu["index"], model=gpu.get("model"), pci_bus_id=gpu.get("pci_bus_id"), seen=ts
-                )
-                gpu_rows.append((gpu_id, ts, gpu.get("lost", False), *map(gpu.get, _GPU_READINGS)))
-                xid_rows.extend((gpu_id, x["xid"], x["ts"]) for x in gpu.get("xids", ()))
+                get = gpu.get
+                uuid, identity = gpu["uuid"], (gpu["index"], get("model"), get("pci_bus_id"))
+                known = gpu_ids.get(uuid)
+                if known is None or known[0] != identity:
+                    index, model, pci_bus_id = identity
+                    known = gpu_ids[uuid] = (identity, ids.gpu_id(node_id=node_id, uuid=uuid, index=index, model=model, pci_bus_id=pci_bus_id, seen=ts))
+                gpu_id = known[1]
+                gpu_rows.append((gpu_id, ts, get("lost", False), *map(get, _GPU_READINGS)))
+                xids = get("xids")
+                if xids:
+                    xid_rows.extend([(gpu_id, x["xid"], x["ts"]) for x in xids])
             for nic in sample.get("nics", ()):
-                nic_id = ids.nic_id(node_id=node_id, device=nic["device"], port=nic["port"], seen=ts)
+                key = (nic["device"], nic["port"])
+                nic_id = nic_ids.get(key)
+                if nic_id is None:
+                    nic_id = nic_ids[key] = ids.nic_id(node_id=node_id, device=key[0], port=key[1], seen=ts)
                 nic_rows.append((nic_id, ts, *map(nic.get, NIC_METRICS)))
         touch = {"node_id": node_id, "seen": max(stamps), "labels": batch.get("labels", {}), "agent": batch.get("agent")}
         logged = {"node_id": node_id, "min_ts": min(stamps), "max_ts": max(stamps), "samples": len(samples)}

@@ -173,3 +173,64 @@ class DetectorProgress(Base):
 
     key: Mapped[str] = mapped_column(String(300), primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+# --- alerts and metrics (issue #5: server/alerts, server/metrics) ------------------------
+
+
+class AlertOutbox(Base):
+    """One alert state change (firing or resolved) of an episode, written in the detector's
+    transaction so that an episode change and its alert commit together or not at all. The
+    dispatcher routes each row to its receivers (alert_deliveries) and delivers from there."""
+
+    __tablename__ = "alert_outbox"
+    __table_args__ = (
+        Index("ix_alert_outbox_episode", "episode_id"),
+        Index("ix_alert_outbox_routed", "routed"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # No foreign key: retention may delete the episode while its resolve is still being delivered.
+    episode_id: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))
+    cluster: Mapped[str] = mapped_column(String(253))
+    cause: Mapped[str] = mapped_column(String(32))
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    alert: Mapped[dict[str, Any]] = mapped_column(JSON)
+    routed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class AlertDelivery(Base):
+    """One outbox row for one receiver: pending until delivered (sent) or given up (dead)."""
+
+    __tablename__ = "alert_deliveries"
+    __table_args__ = (
+        UniqueConstraint("outbox_id", "receiver", name="uq_alert_deliveries_outbox_receiver"),
+        Index("ix_alert_deliveries_state", "state", "receiver", "group_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    outbox_id: Mapped[int] = mapped_column(ForeignKey("alert_outbox.id"))
+    receiver: Mapped[str] = mapped_column(String(253))
+    group_key: Mapped[str] = mapped_column(String(600))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lease_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class MetricCounter(Base):
+    """Counters kept in the database, so every worker and replica exposes the same values
+    (server/metrics/counters.py). `labels` is the label set as canonical JSON."""
+
+    __tablename__ = "metric_counters"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    labels: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,418 @@
+"""`laggard-agent --metrics-port`: this node's own latest readings in the Prometheus text format
+(version 0.0.4), for sites that scrape nodes rather than (or as well as) the collector.
+
+The agent ships alone with nvidia-ml-py and httpx only, so the exposition is written here by
+hand (no prometheus_client). The same few pieces serve the collector's GET /metrics
+(server/metrics), which needs a faster writer than prometheus_client's for 10,000 GPUs:
+
+- DCGM_FIELDS: per-GPU readings under the names and labels NVIDIA dcgm-exporter uses
+  (etc/default-counters.csv, dcp-metrics-included.csv), so dashboards built for dcgm-exporter
+  work unchanged. dcgm-exporter declares some of these counters; their names do not end in
+  `_total` (DCGM_FI_DEV_PCIE_REPLAY_COUNTER), which `promtool check metrics` rejects for a
+  counter, so they are declared `untyped` here: rate() and increase() do not look at the type.
+  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE is not exported: it needs NVML's GPM metrics, which the agent
+  does not read yet.
+- Family and render(): a metric family and the text writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+
+from agent import __version__
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MIB = 1024 * 1024
+
+# dcgm-exporter's label names, in its order, plus the cluster (which dcgm-exporter does not know).
+# Its pci_bus_id and DCGM_FI_DRIVER_VERSION labels are left out: no dashboard selects on them, and
+# at 10,000 GPUs they would add a third to the size of every scrape.
+DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "cluster")
+
+
+# --- the exposition format ------------------------------------------------------------------
+
+
+class Family:
+    """One metric family. rows: (label values, value) for gauge/counter/untyped;
+    (label values, [(le, cumulative count)...], sum, count) for a histogram."""
+
+    __slots__ = ("name", "type", "help", "labelnames", "rows")
+
+    def __init__(self, name: str, type: str, help: str, labelnames: Sequence[str] = ()):
+        if type not in ("gauge", "counter", "untyped", "histogram"):
+            raise ValueError(f"unknown metric type {type!r}")
+        if type == "counter" and not name.endswith("_total"):
+            raise ValueError(f"counter {name} must end in _total")
+        self.name, self.type, self.help, self.labelnames = name, type, help, tuple(labelnames)
+        self.rows: list[tuple] = []
+
+    def add(self, values: Sequence[str], value: float) -> None:
+        self.rows.append((tuple(values), value))
+
+    def add_histogram(self, values: Sequence[str], buckets: Sequence[tuple[float, float]], sum_value: float, count: float) -> None:
+        self.rows.append((tuple(values), list(buckets), sum_value, count))
+
+    def __repr__(self) -> str:
+        return f"Family({self.name!r}, {self.type!r}, {len(self.rows)} rows)"
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    if type(value) is int:
+        return str(value)
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def label_string(names: Sequence[str], values: Sequence[str]) -> str:
+    if not names:
+        return ""
+    return "{" + ",".join(f'{n}="{escape_label_value(str(v))}"' for n, v in zip(names, values)) + "}"
+
+
+def render(families: Iterable[Family]) -> str:
+    """The text format (0.0.4). The label string of a label tuple is built once per label-name
+    set, so the per-GPU labels shared by two dozen DCGM families are escaped once per GPU."""
+    out: list[str] = []
+    append = out.append
+    caches: dict[tuple[str, ...], dict[tuple, str]] = {}
+    for fam in families:
+        append(f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.type}\n")
+        names = fam.labelnames
+        cache = caches.setdefault(names, {})
+        if fam.type == "histogram":
+            _render_histogram(fam, append)
+            continue
+        prefix = fam.name
+        for values, _ in fam.rows:
+            if values not in cache:
+                cache[values] = label_string(names, values)
+        # repr() of an int or a finite float is a valid sample value; readings are never
+        # NaN or infinite (the protocol refuses them), and format_value covers the rest.
+        append("".join([f"{prefix}{cache[values]} {value!r}\n" if type(value) is int or (type(value) is float and value - value == 0)
+                        else f"{prefix}{cache[values]} {format_value(value)}\n" for values, value in fam.rows]))
+    return "".join(out)
+
+
+def _render_histogram(fam: Family, append: Callable[[str], None]) -> None:
+    names = fam.labelnames
+    for values, buckets, sum_value, count in fam.rows:
+        base = [f'{n}="{escape_label_value(str(v))}"' for n, v in zip(names, values)]
+        for le, cumulative in buckets:
+            bound = 'le="' + format_le(le) + '"'
+            append(f"{fam.name}_bucket{{{','.join([*base, bound])}}} {format_value(cumulative)}\n")
+        plain = "{" + ",".join(base) + "}" if base else ""
+        append(f"{fam.name}_count{plain} {format_value(count)}\n")
+        append(f"{fam.name}_sum{plain} {format_value(sum_value)}\n")
+
+
+def format_le(le: float) -> str:
+    """Bucket bounds as prometheus_client writes them (0.005, 1.0, +Inf)."""
+    return "+Inf" if math.isinf(le) else repr(float(le))
+
+
+# --- dcgm-exporter's per-GPU series ---------------------------------------------------------------
+
+
+class DcgmField(NamedTuple):
+    name: str
+    type: str  # gauge | untyped (a counter whose name lacks _total)
+    help: str
+    key: str  # the reading (a wire field, or one derived by _derive)
+    extra: bool = False  # not in dcgm-exporter's default set nor on a dashboard: the collector exports it on request
+
+
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "mem_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "Maximum SM clock frequency (in MHz).", "sm_clock_max_mhz", extra=True),
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temp_c"),
+    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp_c"),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_w"),
+    DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit that the driver enforces (in W).", "power_limit_w"),
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_gpu_pct"),
+    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "util_mem_pct"),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free_mib"),
+    DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "_fb_used_mib"),
+    DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask of NVML clocks event reasons).",
+              "clocks_event_reasons"),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe current link generation.", "pcie_gen"),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "gauge", "PCIe max link generation.", "pcie_gen_max"),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe current link width.", "pcie_width"),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "gauge", "PCIe max link width.", "pcie_width_max"),
+    DcgmField("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "untyped", "Total number of PCIe retries.", "pcie_replay_total"),
+    DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus (in bytes per second).",
+              "pcie_tx_bytes_per_s", extra=True),
+    DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus (in bytes per second).",
+              "pcie_rx_bytes_per_s", extra=True),
+    DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "untyped",
+              "Total number of NVLink bandwidth counters for all lanes (bytes transmitted plus received).", "_nvlink_bytes"),
+    DcgmField("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink retries.", "nvlink_replay_errors_total", extra=True),
+    DcgmField("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink recovery errors.",
+              "nvlink_recovery_errors_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "untyped", "Total number of single-bit persistent ECC errors.", "ecc_corrected_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "untyped", "Total number of double-bit persistent ECC errors.", "ecc_uncorrected_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.", "_remap_pending", extra=True),
+)
+XID_FIELD = DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid")
+
+
+def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, cluster: str) -> tuple[str, ...]:
+    """One GPU's label values, in DCGM_LABELS order (device = the nvidia<minor> device name; the
+    NVML index stands in for the minor number, as it does on almost every node)."""
+    return (str(index), uuid, f"nvidia{index}", model or "", hostname, cluster)
+
+
+def _derive(m: dict[str, Any]) -> dict[str, Any]:
+    """Add the readings dcgm-exporter reports in other units or combinations (in place)."""
+    total, used = m.get("mem_total_bytes"), m.get("mem_used_bytes")
+    m["_fb_used_mib"] = None if used is None else used / MIB
+    m["_fb_free_mib"] = None if total is None or used is None else (total - used) / MIB
+    tx, rx = m.get("nvlink_tx_bytes_total"), m.get("nvlink_rx_bytes_total")
+    m["_nvlink_bytes"] = None if tx is None or rx is None else tx + rx
+    remap = m.get("remapped_rows_pending")
+    m["_remap_pending"] = None if remap is None else int(remap)
+    return m
+
+
+def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, extra: bool = True) -> list[Family]:
+    """DCGM families for (label values, latest readings) pairs; a reading that is None (not
+    supported, or the GPU is lost: pass {}) is left out, as dcgm-exporter leaves out blank
+    fields. The readings dicts are extended in place. extra=False: the default set only."""
+    items = [(labels, _derive(m)) for labels, m in gpus if m]
+    families = []
+    for field in DCGM_FIELDS:
+        if field.extra and not extra:
+            continue
+        fam = Family(field.name, field.type, field.help, DCGM_LABELS)
+        key = field.key
+        fam.rows = [(labels, v) for labels, m in items if (v := m.get(key)) is not None]
+        families.append(fam)
+    return families
+
+
+NIC_LABELS = ("cluster", "node", "device", "port")
+_NIC_COUNTERS = (
+    ("tx_bytes_total", "laggard_nic_transmit_bytes_total", "Bytes transmitted by the IB/RoCE port."),
+    ("rx_bytes_total", "laggard_nic_receive_bytes_total", "Bytes received by the IB/RoCE port."),
+    ("symbol_errors_total", "laggard_nic_symbol_errors_total", "Port symbol errors."),
+    ("link_downed_total", "laggard_nic_link_downed_total", "Times the port link went down."),
+    ("rcv_errors_total", "laggard_nic_receive_errors_total", "Port receive errors."),
+    ("xmit_discards_total", "laggard_nic_transmit_discards_total", "Packets discarded by the port on transmit."),
+    ("xmit_wait_total", "laggard_nic_transmit_wait_ticks_total", "Ticks the port had data to send but no credits to send it."),
+)
+
+
+def nic_families(ports: Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]) -> list[Family]:
+    """IB/RoCE port families for (label values in NIC_LABELS order, latest readings) pairs."""
+    up = Family("laggard_nic_port_up", "gauge", "1 when the IB/RoCE port is ACTIVE.", NIC_LABELS)
+    rate = Family("laggard_nic_link_rate_bytes_per_second", "gauge", "Port link rate (in bytes per second).", NIC_LABELS)
+    fams = [Family(name, "counter", text, NIC_LABELS) for _, name, text in _NIC_COUNTERS]
+    keyed = [(fam.rows.append, key) for fam, (key, _, _) in zip(fams, _NIC_COUNTERS)]
+    for values, m in ports:
+        state = m.get("state")
+        if state is not None:
+            up.rows.append((values, int(state.upper() == "ACTIVE")))
+        if m.get("rate_gbps") is not None:
+            rate.rows.append((values, m["rate_gbps"] * 1e9 / 8))
+        for append, key in keyed:
+            v = m.get(key)
+            if v is not None:
+                append((values, v))
+    return [up, rate, *fams]
+
+
+# --- the agent's endpoint -------------------------------------------------------------------------
+
+
+class NodeMetrics:
+    """A sample sink that remembers the latest sample and hands every sample on (to the pusher)."""
+
+    def __init__(self, sink, *, node: str, cluster: str, driver: str | None = None, stats: Callable[[], Mapping[str, float]] | None = None):
+        self.sink = sink
+        self.node, self.cluster, self.driver = node, cluster, driver
+        self.stats = stats
+        self.latest = None
+        self.samples = 0
+        self._xids: dict[str, int] = {}  # uuid → last XID seen
+        self._xid_counts: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, sample) -> None:
+        with self._lock:
+            self.latest = sample
+            self.samples += 1
+            for gpu in sample.gpus:
+                for event in gpu.xids:
+                    self._xids[gpu.uuid] = event.xid
+                    key = (gpu.uuid, event.xid)
+                    self._xid_counts[key] = self._xid_counts.get(key, 0) + 1
+        if self.sink is not None:
+            self.sink.submit(sample)
+
+    def families(self) -> list[Family]:
+        with self._lock:
+            sample, xids, xid_counts, taken = self.latest, dict(self._xids), dict(self._xid_counts), self.samples
+        families: list[Family] = []
+        labels_by_uuid: dict[str, tuple[str, ...]] = {}
+        gpus = []
+        if sample is not None:
+            for gpu in sample.gpus:
+                labels = dcgm_labels(index=gpu.index, uuid=gpu.uuid, model=gpu.model, hostname=self.node, cluster=self.cluster)
+                labels_by_uuid[gpu.uuid] = labels
+                readings = {} if gpu.lost else dataclasses.asdict(gpu)
+                gpus.append((labels, readings))
+        families += dcgm_families(gpus)
+        xid = Family(XID_FIELD.name, XID_FIELD.type, XID_FIELD.help, DCGM_LABELS)
+        for uuid, last in sorted(xids.items()):
+            if uuid in labels_by_uuid:
+                xid.add(labels_by_uuid[uuid], last)
+        families.append(xid)
+        gpu_labels = ("cluster", "node", "gpu", "uuid")
+        xid_total = Family("laggard_gpu_xid_errors_total", "counter", "XID events seen by this agent since it started.",
+                           (*gpu_labels, "xid"))
+        index_of = {g.uuid: g.index for g in sample.gpus} if sample is not None else {}
+        for (uuid, code), n in sorted(xid_counts.items()):
+            xid_total.add((self.cluster, self.node, str(index_of.get(uuid, "")), uuid, str(code)), n)
+        families.append(xid_total)
+        lost = Family("laggard_gpu_lost", "gauge", "1 when NVML reports the GPU lost or unreachable.", gpu_labels)
+        for gpu in sample.gpus if sample is not None else ():
+            lost.add((self.cluster, self.node, str(gpu.index), gpu.uuid), int(gpu.lost))
+        families.append(lost)
+        families += self._nic_families(sample)
+        families += self._agent_families(sample, taken)
+        return families
+
+    def _nic_families(self, sample) -> list[Family]:
+        return nic_families(((self.cluster, self.node, nic.device, str(nic.port)), dataclasses.asdict(nic))
+                            for nic in (sample.nics if sample is not None else ()))
+
+    def _agent_families(self, sample, taken: int) -> list[Family]:
+        info = Family("laggard_agent_info", "gauge", "The agent's version and the NVIDIA driver's.", ("cluster", "node", "version", "driver"))
+        info.add((self.cluster, self.node, __version__, self.driver or ""), 1)
+        ts = Family("laggard_agent_last_sample_timestamp_seconds", "gauge", "Time of the latest sample (Unix seconds).", ("cluster", "node"))
+        if sample is not None:
+            ts.add((self.cluster, self.node), sample.ts)
+        sampled = Family("laggard_agent_samples_total", "counter", "Samples taken since the agent started.", ("cluster", "node"))
+        sampled.add((self.cluster, self.node), taken)
+        out = [info, ts, sampled]
+        stats = dict(self.stats()) if self.stats is not None else {}
+        for key, name, text in (
+            ("sent_samples", "laggard_agent_sent_samples_total", "Samples the collector acknowledged."),
+            ("rejected_samples", "laggard_agent_rejected_samples_total", "Samples the collector rejected for good (dropped)."),
+            ("failed_attempts", "laggard_agent_push_failures_total", "Push attempts that failed and will be retried."),
+            ("dropped", "laggard_agent_dropped_samples_total", "Samples dropped from the full queue while the collector was away."),
+        ):
+            if key in stats:
+                fam = Family(name, "counter", text, ("cluster", "node"))
+                fam.add((self.cluster, self.node), stats[key])
+                out.append(fam)
+        if "queued" in stats:
+            fam = Family("laggard_agent_queued_samples", "gauge", "Samples waiting to be pushed.", ("cluster", "node"))
+            fam.add((self.cluster, self.node), stats["queued"])
+            out.append(fam)
+        return out
+
+    def exposition(self) -> str:
+        return render(self.families())
+
+
+def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
+    def read() -> dict[str, float]:
+        s = pusher.stats
+        return {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
+                "dropped": pusher.dropped, "queued": len(pusher.queue)}
+    return read
+
+
+def parse_listen(spec: str) -> tuple[str, int]:
+    """"9400" → ("0.0.0.0", 9400); "127.0.0.1:9400" → ("127.0.0.1", 9400); "[::1]:9400" too."""
+    host, sep, port = spec.rpartition(":")
+    if not sep:
+        host, port = "0.0.0.0", spec
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"--metrics-port {spec!r}: expected PORT or HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"--metrics-port {spec!r}: port out of range")
+    return host, number
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """GET /metrics (anything else: 404) on a daemon thread."""
+
+    def __init__(self, metrics: NodeMetrics, host: str, port: int):
+        exposition = metrics.exposition
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = f"laggard-agent/{__version__}"
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = exposition().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # one line per scrape would flood the journal
+                pass
+
+        server_class = _Server6 if ":" in host else ThreadingHTTPServer
+        self.httpd = server_class((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
+
+    def start(self) -> "MetricsServer":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def start_metrics(spec: str, sink, *, node: str, cluster: str, driver: str | None, pusher=None) -> tuple[NodeMetrics, MetricsServer]:
+    """The sink to hand the Runner, and the server (close() it on exit)."""
+    host, port = parse_listen(spec)
+    metrics = NodeMetrics(sink, node=node, cluster=cluster, driver=driver, stats=pusher_stats(pusher) if pusher is not None else None)
+    server = MetricsServer(metrics, host, port).start()
+    log.info("metrics at http://%s:%d/metrics", host, server.port)
+    return metrics, server
+
+
+__all__ = [
+    "CONTENT_TYPE", "DCGM_FIELDS", "DCGM_LABELS", "DcgmField", "Family", "MetricsServer", "NodeMetrics", "XID_FIELD",
+    "NIC_LABELS", "dcgm_families", "dcgm_labels", "nic_families", "escape_label_value", "format_value", "label_string", "parse_listen", "render", "start_metrics",
+]

@@ -1,0 +1,32 @@
+"""Settings of alert delivery (LAGGARD_ALERTS__<NAME>). The simple receivers come from
+LAGGARD_WEBHOOK_URLS and LAGGARD_WEBHOOK_SECRET (server/settings.py); routing by cluster,
+cause and severity from the file named by LAGGARD_ALERTS__ROUTES_FILE (docs/observability.md)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class AlertSettings(BaseModel):
+    enabled: bool = Field(True, description="Run the alert dispatcher (in the process that leads detection).")
+    routes_file: str | None = Field(None, description="YAML or JSON file of receivers and routes.")
+    external_url: str | None = Field(
+        None, description="This collector's URL as receivers should link to it (externalURL, generatorURL). "
+                          "Default: http://<host>:<port>."
+    )
+    dashboard_url: str | None = Field(
+        None, description="Grafana base URL; when set, generatorURL opens the straggler-detail dashboard on the GPU."
+    )
+    group_wait_s: float = Field(
+        10.0, description="Alerts of one cluster and cause that open (or resolve) within this window go out as one notification."
+    )
+    poll_s: float = Field(0.5, description="How often the dispatcher looks for work.")
+    timeout_s: float = Field(10.0, description="HTTP timeout of one delivery.")
+    backoff_initial_s: float = Field(2.0, description="First retry delay; doubled on every failure (with jitter)...")
+    backoff_max_s: float = Field(300.0, description="...up to this.")
+    give_up_after_s: float = Field(86400.0, description="A delivery still failing this long after its alert is dropped (logged).")
+    alertmanager_resend_s: float = Field(
+        60.0, description="Alertmanager targets: active alerts are re-posted this often, with endsAt 4 periods ahead "
+                          "(as Prometheus does), so Alertmanager never resolves a still-active episode on its own."
+    )
+    keep_s: float = Field(7 * 86400.0, description="Delivered (or given-up) outbox rows are deleted after this long.")

@@ -1,0 +1,62 @@
+"""Scheduler hints: what a scheduler should do with each node and GPU (docs/rebalancing.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+
+from server.errors import ApiError
+from server.hints.render import slurm_lines
+from server.hints.service import HintsCache, Snapshot
+
+router = APIRouter(prefix="/api/v1/hints", tags=["hints"])
+_CREATE = threading.Lock()
+
+
+def hints_cache(app) -> HintsCache:
+    """The app's hints cache, made on first use (the engine exists only once the app started)."""
+    cache = getattr(app.state, "hints_cache", None)
+    if cache is None:
+        with _CREATE:
+            cache = getattr(app.state, "hints_cache", None)
+            if cache is None:
+                cache = app.state.hints_cache = HintsCache(app.state.engine, app.state.settings.hints)
+    return cache
+
+
+async def snapshot(request: Request, cluster: str | None) -> Snapshot:
+    cache = hints_cache(request.app)
+    try:
+        # A fresh snapshot is answered on the event loop; otherwise get() (on a worker thread)
+        # serves a tolerably stale one at once, or computes when the cache is cold.
+        entry = cache.peek(cluster)
+        return entry if entry is not None else await asyncio.to_thread(cache.get, cluster)
+    except Exception as exc:
+        raise ApiError(503, f"hints unavailable: {type(exc).__name__}", type="unavailable", headers={"Retry-After": "5"}) from exc
+
+
+@router.get("", summary="Per node and GPU: ok / rebalance / avoid / drain, and capacity 0-1", responses={503: {}})
+async def hints(
+    request: Request,
+    cluster: str | None = None,
+    node: str | None = None,
+    problems_only: bool = False,
+) -> dict[str, Any]:
+    doc = (await snapshot(request, cluster)).doc
+    nodes = doc["nodes"]
+    if node is not None:
+        nodes = [n for n in nodes if n["node"] == node]
+    if problems_only:
+        nodes = [n for n in nodes if n["action"] != "ok"]
+    return {**doc, "nodes": nodes}
+
+
+@router.get("/slurm", summary="Plain text for NHC-style health scripts: `node action reason`, one line per node not ok",
+            response_class=PlainTextResponse, responses={503: {}})
+async def slurm(request: Request, cluster: str | None = None) -> PlainTextResponse:
+    doc = (await snapshot(request, cluster)).doc
+    return PlainTextResponse("".join(line + "\n" for line in slurm_lines(doc)))

@@ -1,0 +1,93 @@
+"""kube-scheduler extender: POST /scheduler/filter and /scheduler/prioritize (server/hints/extender.py
+has the protocol). Point a KubeSchedulerConfiguration's extender urlPrefix at
+http://<collector>/scheduler (hints.scheduler_cluster picks the cluster) or at
+http://<collector>/scheduler/clusters/<cluster> (deploy/kubernetes/scheduler/).
+
+Answers come from the hints cache (a dict lookup per node), so they take milliseconds, well
+inside kube-scheduler's default 5 s extender timeout; large NodeLists (nodeCacheCapable: false
+sends every Node object) are parsed and serialised off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from server.api.hints import snapshot
+from server.errors import ApiError
+from server.hints import extender
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/scheduler", tags=["scheduler"])
+_OFFLOAD_BYTES = 1 << 20
+
+
+async def _args(request: Request) -> extender.ExtenderArgs:
+    raw = await request.body()
+    try:
+        body = await asyncio.to_thread(orjson.loads, raw) if len(raw) > _OFFLOAD_BYTES else orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"body is not JSON: {exc}", loc=["body"], type="json_invalid") from exc
+    try:
+        return extender.decode_args(body)
+    except extender.ProtocolError as exc:
+        raise ApiError(400, str(exc), loc=exc.loc, type="extender_args") from exc
+
+
+async def _hints(request: Request, cluster: str | None) -> tuple[dict[str, Any], str]:
+    """Node name → hint, and an error text when hints cannot be had (then every node passes)."""
+    try:
+        return (await snapshot(request, cluster)).by_name(), ""
+    except ApiError as exc:
+        log.warning("scheduler extender answering without hints: %s", exc)
+        return {}, f"laggard: {exc}"
+
+
+async def _json(payload: Any, big: bool) -> Response:
+    content = await asyncio.to_thread(orjson.dumps, payload) if big else orjson.dumps(payload)
+    return Response(content, media_type="application/json")
+
+
+def _cluster(request: Request, cluster: str | None) -> str | None:
+    return cluster if cluster is not None else request.app.state.settings.hints.scheduler_cluster
+
+
+async def _filter(request: Request, cluster: str | None) -> Response:
+    args = await _args(request)
+    hints, error = await _hints(request, _cluster(request, cluster))
+    result = extender.filter_result(args, hints, request.app.state.settings.hints, error=error)
+    return await _json(result, big=args.nodes is not None and len(args.node_items or ()) > 200)
+
+
+async def _prioritize(request: Request, cluster: str | None) -> Response:
+    args = await _args(request)
+    hints, _ = await _hints(request, _cluster(request, cluster))
+    return await _json(extender.prioritize_result(args, hints, request.app.state.settings.hints), big=False)
+
+
+_FILTER_DOC = dict(summary="Extender filter: ExtenderArgs → ExtenderFilterResult (avoid/drain nodes fail)", responses={400: {}})
+_PRIORITIZE_DOC = dict(summary="Extender prioritize: ExtenderArgs → HostPriorityList (score = capacity × 10)", responses={400: {}})
+
+
+@router.post("/filter", **_FILTER_DOC)
+async def filter_nodes(request: Request) -> Response:
+    return await _filter(request, None)
+
+
+@router.post("/prioritize", **_PRIORITIZE_DOC)
+async def prioritize_nodes(request: Request) -> Response:
+    return await _prioritize(request, None)
+
+
+@router.post("/clusters/{cluster}/filter", **_FILTER_DOC)
+async def filter_cluster_nodes(cluster: str, request: Request) -> Response:
+    return await _filter(request, cluster)
+
+
+@router.post("/clusters/{cluster}/prioritize", **_PRIORITIZE_DOC)
+async def prioritize_cluster_nodes(cluster: str, request: Request) -> Response:
+    return await _prioritize(request, cluster)

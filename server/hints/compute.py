@@ -1,0 +1,132 @@
+"""The hints: every known node and GPU with an action and a capacity, computed from episodes
+alone (node-problem-detector style: hints never look at samples or at the detector's state).
+
+Per entity (a GPU, or the node itself for node-level episodes such as an IB port):
+  action   = the worst action of its live episodes (mapping.action_for), escalated from
+             rebalance to avoid once the hint has lasted avoid_after_s;
+  capacity = the lowest capacity of its live episodes (mapping.capacity_for).
+Per GPU, as served: its own hint combined with its node's node-level hint (worst action,
+lowest capacity) — a GPU behind a degraded NIC is as slow as the NIC lets it be — so a job can
+size each rank's share from gpus[].capacity alone.
+Per node: the worst action and lowest capacity over its GPUs and its node-level hint (a
+synchronous job using the whole node runs at its slowest GPU); `since` is the earliest start
+among the hints live now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.hints.cooldown import current_chain
+from server.hints.mapping import action_for, capacity_for, worst
+from server.hints.settings import RANK, Action, HintSettings
+
+
+@dataclass(frozen=True)
+class KnownNode:
+    cluster: str
+    name: str
+    gpus: tuple[tuple[int, str | None], ...] = ()  # (index, uuid)
+
+
+@dataclass
+class EntityHint:
+    action: Action = "ok"
+    capacity: float = 1.0
+    since: float | None = None
+    reasons: list[dict[str, Any]] = field(default_factory=list)
+
+
+def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintSettings,
+                table: Mapping[str, Action] | None = None) -> EntityHint:
+    """The hint of one GPU (or one node's node-level entity) from its episodes."""
+    table = cfg.action_table() if table is None else table
+    chain = current_chain(episodes, now, cfg.cooldown_s)
+    if chain is None:
+        return EntityHint()
+    reasons = []
+    for ep in chain.live:
+        action = action_for(ep["cause"], ep["severity"], cfg, table)
+        capacity = capacity_for(ep["cause"], ep["severity"], ep.get("evidence"), action, cfg)
+        resolved = ep.get("resolved_at")
+        reasons.append({
+            "episode": ep.get("id"), "gpu": ep.get("gpu"), "cause": ep["cause"], "severity": ep["severity"],
+            "action": action, "capacity": capacity, "summary": ep.get("summary", ""), "onset": ep["onset"],
+            "resolved_at": resolved, "clears_at": None if resolved is None else float(resolved) + cfg.cooldown_s,
+        })
+    action = worst(r["action"] for r in reasons)
+    if action == "ok":  # every live episode is mapped to ok: nothing to hint
+        return EntityHint()
+    escalated = action == "rebalance" and cfg.avoid_after_s is not None and now - chain.since >= cfg.avoid_after_s
+    if escalated:
+        action = "avoid"
+    reasons.sort(key=lambda r: (-RANK[r["action"]], r["onset"], r["episode"] or 0))
+    if escalated:
+        for r in reasons:
+            if r["action"] == "rebalance":
+                r["action"] = "avoid"
+                r["escalated"] = f"rebalance for {now - chain.since:.0f} s (avoid_after_s {cfg.avoid_after_s:.0f})"
+    return EntityHint(action=action, capacity=min(r["capacity"] for r in reasons), since=chain.since, reasons=reasons)
+
+
+def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNode], clocks: Mapping[str, float],
+                  cfg: HintSettings, *, generated_at: float) -> dict[str, Any]:
+    """The hints document served by GET /api/v1/hints.
+
+    episodes: episode dicts (store/episodes.py PUBLIC_FIELDS), open or recently resolved;
+    nodes: every node known to the collector, with its GPUs;
+    clocks: cluster → newest sample time seen (the "now" of cool-downs).
+    """
+    table = cfg.action_table()
+    by_entity: dict[tuple[str, str, int | None], list[Mapping[str, Any]]] = defaultdict(list)
+    for ep in episodes:
+        by_entity[(ep["cluster"], ep["node"], ep.get("gpu"))].append(ep)
+
+    known: dict[tuple[str, str], dict[int, str | None]] = {}
+    for n in nodes:
+        known[(n.cluster, n.name)] = dict(n.gpus)
+    for cluster, node, gpu in by_entity:  # episodes of a node or GPU not (yet) in the inventory
+        gpus = known.setdefault((cluster, node), {})
+        if gpu is not None and gpu not in gpus:
+            gpus[gpu] = next((e.get("uuid") for e in by_entity[(cluster, node, gpu)] if e.get("uuid")), None)
+
+    # A cluster without a known sample time falls back to the newest episode time seen.
+    fallback: dict[str, float] = {}
+    for (cluster, _, _), eps in by_entity.items():
+        fallback[cluster] = max(fallback.get(cluster, 0.0), *(_latest_time(e) for e in eps))
+    clocks = {**fallback, **clocks}
+
+    out_nodes = []
+    for (cluster, node), gpus in sorted(known.items()):
+        now = clocks.get(cluster, 0.0)
+        node_level = entity_hint(by_entity.get((cluster, node, None), ()), now=now, cfg=cfg, table=table)
+        gpu_out = []
+        hints = [node_level]
+        for index in sorted(gpus):
+            own = entity_hint(by_entity.get((cluster, node, index), ()), now=now, cfg=cfg, table=table)
+            hints.append(own)
+            gpu_out.append({
+                "index": index, "uuid": gpus[index],
+                "action": worst((own.action, node_level.action)),
+                "capacity": min(own.capacity, node_level.capacity),
+            })
+        live = [h for h in hints if h.action != "ok"]
+        reasons = sorted((r for h in live for r in h.reasons), key=lambda r: (-RANK[r["action"]], r["onset"], r["episode"] or 0))
+        out_nodes.append({
+            "node": node, "cluster": cluster,
+            "action": worst(h.action for h in hints),
+            "capacity": min(h.capacity for h in hints),
+            "since": min((h.since for h in live), default=None),
+            "reasons": reasons,
+            "gpus": gpu_out,
+        })
+    return {"generated_at": generated_at, "sample_time": dict(sorted(clocks.items())), "nodes": out_nodes}
+
+
+def _latest_time(ep: Mapping[str, Any]) -> float:
+    times = [ep.get("detected_at"), ep.get("resolved_at"), ep.get("onset")]
+    return max((float(t) for t in times if t is not None), default=-math.inf)

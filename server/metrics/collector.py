@@ -1,0 +1,389 @@
+"""The collector's Prometheus metrics, read from the database at scrape time.
+
+Nothing here lives in process memory between scrapes: every family is built from what is
+stored (latest samples, open episodes, the shared counters, the detector's progress, the alert
+outbox), so any worker process or replica answers a scrape with the same numbers. The only
+per-process series are process_* and python_* (server/api/metrics.py).
+
+LaggardCollector is a prometheus_client custom collector (collect() yields its metric
+families), so it can be registered in any CollectorRegistry. GET /metrics renders the same
+families with agent.metrics.render, which writes 10,000 GPUs several times faster than
+prometheus_client's generic writer (bench/metrics.py, docs/observability.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select, text
+
+from agent.metrics import DCGM_LABELS, NIC_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
+from server import __version__
+from server.detect.observe import peer_group
+from server.metrics import counters
+from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
+from server.store import schema
+
+log = logging.getLogger(__name__)
+
+GpuSampleT, NicSampleT = schema.GpuSample.__table__, schema.NicSample.__table__
+NodeT, EpisodeT = schema.Node.__table__, schema.Episode.__table__
+GPU_LABELS = ("cluster", "node", "gpu", "uuid")
+ACTIONS = ("ok", "rebalance", "avoid", "drain")
+PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
+IDLE_BIT = 0x1
+
+_GPU_COLUMNS = [c.name for c in GpuSampleT.columns if c.name != "gpu_id"]
+_NIC_COLUMNS = [c.name for c in NicSampleT.columns if c.name != "nic_id"]
+
+# Counters kept in the database: help text and label order.
+COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
+    "laggard_episodes_opened_total": ("Straggler episodes opened.", ("cluster", "cause", "severity")),
+    "laggard_episodes_escalated_total": ("Straggler episodes escalated from warning to critical.", ("cluster", "cause")),
+    "laggard_episodes_resolved_total": ("Straggler episodes resolved.", ("cluster", "cause")),
+    "laggard_ingest_samples_total": ("Node samples committed by ingest.", ("cluster",)),
+    "laggard_ingest_batches_total": ("Request bodies (batches) committed by ingest.", ("cluster",)),
+    "laggard_gpu_xid_errors_total": ("XID events reported per GPU and XID code.", ("cluster", "node", "gpu", "uuid", "xid")),
+    REJECTED: ("Ingest requests answered with an error, by HTTP status.", ("code",)),
+    "laggard_alert_notifications_total": ("Alert notifications attempted, by receiver and result (sent, failed, dropped).",
+                                          ("receiver", "result")),
+    "laggard_alert_alerts_sent_total": ("Alerts delivered inside notifications, by receiver.", ("receiver",)),
+}
+
+
+def _sql_latest(dialect: str, kind: str) -> str:
+    """Each GPU's (or port's) latest sample, one index probe per series on the primary key."""
+    if kind == "gpu":
+        inv, samples, key, cols, ident = "gpus", "gpu_samples", "gpu_id", _GPU_COLUMNS, 'i.id, i.node_id, i."index", i.uuid, i.model, i.pci_bus_id'
+    else:
+        inv, samples, key, cols, ident = "nics", "nic_samples", "nic_id", _NIC_COLUMNS, "i.id, i.node_id, i.device, i.port"
+    picked = ", ".join(f's."{c}"' for c in cols)
+    if dialect == "postgresql":
+        return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN LATERAL "
+                f"(SELECT * FROM {samples} m WHERE m.{key} = i.id ORDER BY m.ts DESC LIMIT 1) s WHERE s.ts >= :cutoff")
+    # SQLite: CROSS JOIN keeps the inventory as the outer loop; max() on the (id, ts) key is one seek.
+    return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN {samples} s ON s.{key} = i.id "
+            f"AND s.ts = (SELECT max(m.ts) FROM {samples} m WHERE m.{key} = i.id) WHERE s.ts >= :cutoff")
+
+
+class LaggardCollector:
+    """prometheus_client custom collector over the collector's database."""
+
+    def __init__(self, engine: Engine, settings, *, receivers: Callable[[], list[str]] | None = None,
+                 hints: Callable[[], dict[str, Any]] | None = None, clock: Callable[[], float] = time.time):
+        self.engine = engine
+        self.settings = settings
+        self.cfg = settings.metrics
+        self.receivers = receivers or (lambda: [])
+        self.hints_source = hints
+        self.clock = clock
+        self._sql = {kind: _sql_latest(engine.dialect.name, kind) for kind in ("gpu", "nic")}
+        self._hints_failed = False
+
+    # --- the prometheus_client Collector protocol --------------------------------------------
+
+    def describe(self) -> list:
+        return []  # no collect() at registration: that would query the database
+
+    def collect(self) -> Iterator[Any]:
+        for fam in self.families():
+            yield to_prometheus(fam)
+
+    # --- the families ----------------------------------------------------------------------------
+
+    def families(self) -> list[Family]:
+        now = self.clock()
+        with self.engine.connect() as conn:
+            state = self._read(conn, now)
+        out: list[Family] = []
+        build = Family("laggard_build_info", "gauge", "The collector's version.", ("version",))
+        build.add((__version__,), 1)
+        out.append(build)
+        out += self._node_families(state, now)
+        out += self._gpu_families(state)
+        out += nic_families(state["nic_items"])
+        out += self._episode_families(state)
+        out += self._counter_families(state["counters"])
+        out += self._detection_families(state, now)
+        out += self._alert_families(state, now)
+        return out
+
+    def _read(self, conn: Connection, now: float) -> dict[str, Any]:
+        nodes = {r[0]: r for r in conn.execute(select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.labels, NodeT.c.agent,
+                                                      NodeT.c.last_seen)).all()}
+        cutoff = now - self.cfg.max_sample_age_s
+        gpus = conn.execute(text(self._sql["gpu"]), {"cutoff": cutoff}).all()
+        nics = conn.execute(text(self._sql["nic"]), {"cutoff": cutoff}).all()
+        nic_items = []
+        for row in nics:
+            node = nodes.get(row[1])
+            if node is not None:
+                nic_items.append(((node[1], node[2], row[2], str(row[3])), dict(zip(_NIC_COLUMNS, row[4:]))))
+        active = [dict(r) for r in conn.execute(select(
+            EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
+        ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
+        last_xid = dict(conn.execute(text(
+            "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
+            "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
+        progress = dict(conn.execute(text("SELECT key, value FROM detector_progress")).all())
+        low = int(progress.get("ingest_log.low_water", 0))
+        backlog = conn.execute(text("SELECT count(*) FROM ingest_log WHERE id > :low"), {"low": low}).scalar()
+        pending = {r[0]: (r[1], r[2]) for r in conn.execute(text(
+            "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
+        return {
+            "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "progress": progress,
+            "backlog": backlog, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(conn, now),
+        }
+
+    def _hints(self, conn: Connection, now: float) -> dict[str, Any] | None:
+        """Issue #4's hints (server/hints): each GPU's capacity and each node's action. Without
+        them (not installed, or failing) both are derived here from the open episodes."""
+        cfg = getattr(self.settings, "hints", None)
+        if cfg is None:
+            return None
+        try:
+            from server.hints.service import load_hints
+        except ImportError:
+            return None
+        try:
+            doc = self.hints_source() if self.hints_source is not None else load_hints(conn, cfg, generated_at=now)
+        except Exception:
+            if not self._hints_failed:
+                log.exception("hints failed; capacity and node action are derived from episodes instead")
+                self._hints_failed = True
+            return None
+        self._hints_failed = False
+        return doc
+
+    def _node_families(self, state: dict[str, Any], now: float) -> list[Family]:
+        seen = Family("laggard_node_last_seen_timestamp_seconds", "gauge", "Sample time of the node's newest sample (Unix seconds).",
+                      ("cluster", "node"))
+        reporting: dict[str, int] = defaultdict(int)
+        stale: dict[str, int] = defaultdict(int)
+        for _, cluster, name, _labels, _agent, last_seen in state["nodes"].values():
+            seen.add((cluster, name), last_seen)
+            if now - last_seen <= self.cfg.node_stale_after_s:
+                reporting[cluster] += 1
+            else:
+                stale[cluster] += 1
+        rep = Family("laggard_nodes_reporting", "gauge", "Nodes whose newest sample is recent (within node_stale_after_s).", ("cluster",))
+        st = Family("laggard_nodes_stale", "gauge", "Known nodes whose newest sample is older than node_stale_after_s.", ("cluster",))
+        for cluster in sorted({n[1] for n in state["nodes"].values()}):
+            rep.add((cluster,), reporting[cluster])
+            st.add((cluster,), stale[cluster])
+        action = Family("laggard_node_action", "gauge", "1 for the node's current scheduling action (ok, rebalance, avoid, drain), else 0.",
+                        ("cluster", "node", "action"))
+        capacity = Family("laggard_node_capacity_ratio", "gauge",
+                          "Expected throughput of the node relative to a healthy one (its slowest GPU or link), 0 to 1.", ("cluster", "node"))
+        for (cluster, name), (act, cap) in sorted(self._node_actions(state).items()):
+            for a in ACTIONS:
+                action.add((cluster, name, a), int(a == act))
+            capacity.add((cluster, name), cap)
+        return [seen, rep, st, action, capacity]
+
+    def _node_actions(self, state: dict[str, Any]) -> dict[tuple[str, str], tuple[str, float]]:
+        out = {(n[1], n[2]): ("ok", 1.0) for n in state["nodes"].values()}
+        hints = state["hints"]
+        if hints is not None:
+            for node in hints.get("nodes", ()):
+                out[(node["cluster"], node["node"])] = (node["action"], float(node["capacity"]))
+            return out
+        caps = self._derived_capacity(state)
+        for ep in state["active"]:
+            key = (ep["cluster"], ep["node"])
+            act, cap = out.get(key, ("ok", 1.0))
+            worst = "drain" if ep["severity"] == "critical" else "avoid"
+            if ACTIONS.index(worst) > ACTIONS.index(act):
+                act = worst
+            out[key] = (act, cap)
+        for (cluster, node, _gpu), cap in caps.items():
+            act, current = out.get((cluster, node), ("ok", 1.0))
+            out[(cluster, node)] = (act, min(current, cap))
+        return out
+
+    def _derived_capacity(self, state: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+        """Without hints: a GPU's capacity from its open episodes' evidence (SM clock against the
+        peers' for the performance causes; 0 for a lost GPU)."""
+        caps: dict[tuple[str, str, str], float] = {}
+        for ep in state["active"]:
+            if ep["gpu"] is None:
+                continue
+            key = (ep["cluster"], ep["node"], str(ep["gpu"]))
+            evidence = ep["evidence"] or {}
+            cap = 1.0
+            if ep["cause"] == "lost":
+                cap = 0.0
+            elif ep["cause"] in PERF_CAUSES and isinstance(evidence.get("clock_deviation"), (int, float)):
+                cap = min(1.0, max(0.0, 1.0 + evidence["clock_deviation"]))
+            caps[key] = min(caps.get(key, 1.0), cap)
+        return caps
+
+    def _gpu_families(self, state: dict[str, Any]) -> list[Family]:
+        nodes = state["nodes"]
+        min_peers = self.settings.detection.min_peers
+        ratio = Family("laggard_gpu_sm_clock_ratio", "gauge", "SM clock as a fraction of its maximum (latest sample).", GPU_LABELS)
+        deviation = Family("laggard_gpu_peer_deviation_ratio", "gauge",
+                           "SM clock ratio relative to the median of its busy peers (same cluster, model and job), minus 1: "
+                           "-0.12 is 12% slower. Busy GPUs in groups of at least min_peers only.", GPU_LABELS)
+        capacity = Family("laggard_gpu_capacity_ratio", "gauge",
+                          "Expected throughput of the GPU relative to a healthy peer, 0 to 1 (scheduler hints).", GPU_LABELS)
+        lost = Family("laggard_gpu_lost", "gauge", "1 when NVML reports the GPU lost or unreachable.", GPU_LABELS)
+        links_up = Family("laggard_gpu_nvlink_links_up", "gauge", "NVLink links active.", GPU_LABELS)
+        links = Family("laggard_gpu_nvlink_links", "gauge", "NVLink links the GPU has.", GPU_LABELS)
+        crc = Family("laggard_gpu_nvlink_crc_errors_total", "counter", "NVLink CRC errors (flit and data), all links.", GPU_LABELS)
+        dcgm_items = []
+        xid = Family(XID_FIELD.name, XID_FIELD.type, XID_FIELD.help, DCGM_LABELS)
+        groups: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
+        hint_caps = self._hint_capacity(state)
+        derived = self._derived_capacity(state) if hint_caps is None else None
+        last_xid = state["last_xid"]
+        dcgm_on = self.cfg.dcgm_series
+        add_lost, add_cap, add_ratio = lost.rows.append, capacity.rows.append, ratio.rows.append
+        add_up, add_links, add_crc, add_dcgm = links_up.rows.append, links.rows.append, crc.rows.append, dcgm_items.append
+        group_of: dict[tuple[int, str | None], list] = {}
+        for row in state["gpus"]:
+            node = nodes.get(row[1])
+            if node is None:
+                continue
+            cluster, hostname = node[1], node[2]
+            index, uuid, model = row[2], row[3], row[4]
+            gpu = str(index)
+            m = dict(zip(_GPU_COLUMNS, row[6:]))
+            labels = (cluster, hostname, gpu, uuid)
+            is_lost = bool(m["lost"])
+            add_lost((labels, int(is_lost)))
+            if hint_caps is not None:
+                cap = hint_caps.get((cluster, hostname, index), 1.0)
+            else:
+                cap = derived.get((cluster, hostname, gpu), 1.0)
+            add_cap((labels, 0.0 if is_lost else cap))
+            if dcgm_on:
+                dlabels = dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster)
+                add_dcgm((dlabels, {} if is_lost else m))
+                if row[0] in last_xid:
+                    xid.rows.append((dlabels, last_xid[row[0]]))
+            if is_lost:
+                continue
+            sm, sm_max = m["sm_clock_mhz"], m["sm_clock_max_mhz"]
+            if sm is not None and sm_max:
+                r = sm / sm_max
+                add_ratio((labels, r))
+                util, reasons = m["util_gpu_pct"], m["clocks_event_reasons"]
+                if util is not None and util >= 10.0 and not (reasons or 0) & IDLE_BIT:
+                    members = group_of.get((row[1], model))
+                    if members is None:  # peers: same cluster, model and job (server/detect/observe.py)
+                        members = group_of[(row[1], model)] = groups[peer_group(cluster=cluster, model=model, labels=node[3] or {})]
+                    members.append((labels, r))
+            if (v := m["nvlink_links_up"]) is not None:
+                add_up((labels, v))
+            if (v := m["nvlink_links_total"]) is not None:
+                add_links((labels, v))
+            if (v := m["nvlink_crc_errors_total"]) is not None:
+                add_crc((labels, v))
+        for members in groups.values():
+            if len(members) < max(min_peers, 2):
+                continue
+            median = statistics.median(r for _, r in members)
+            if median > 0:
+                deviation.rows += [(labels, r / median - 1.0) for labels, r in members]
+        out = [ratio, deviation, capacity, lost, links_up, links, crc]
+        if self.cfg.dcgm_series:
+            out = dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series) + [xid] + out
+        return out
+
+    @staticmethod
+    def _hint_capacity(state: dict[str, Any]) -> dict[tuple[str, str, int], float] | None:
+        hints = state["hints"]
+        if hints is None:
+            return None
+        return {(n["cluster"], n["node"], g["index"]): float(g["capacity"]) for n in hints.get("nodes", ()) for g in n.get("gpus", ())}
+
+    def _episode_families(self, state: dict[str, Any]) -> list[Family]:
+        active = Family("laggard_straggler_active", "gauge",
+                        "Open straggler episodes (1 per GPU and cause; a node-level cause such as an IB port counts its open episodes, "
+                        "gpu empty).", ("cluster", "node", "gpu", "cause", "severity"))
+        counts: dict[tuple[str, ...], int] = defaultdict(int)
+        for ep in state["active"]:
+            counts[(ep["cluster"], ep["node"], "" if ep["gpu"] is None else str(ep["gpu"]), ep["cause"], ep["severity"])] += 1
+        for labels, n in sorted(counts.items()):
+            active.add(labels, n)
+        return [active]
+
+    def _counter_families(self, rows: list[tuple[str, dict[str, str], float]]) -> list[Family]:
+        by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for name, labels, value in rows:
+            by_name[name].append((labels, value))
+        out: list[Family] = []
+        for code in KNOWN_REJECT_CODES:
+            if not any(labels.get("code") == str(code) for labels, _ in by_name[REJECTED]):
+                by_name[REJECTED].append(({"code": str(code)}, 0.0))
+        for name in sorted(by_name):
+            if name.startswith(DURATION):
+                continue
+            help_text, order = COUNTER_META.get(name, ("Laggard counter.", ()))
+            entries = by_name[name]
+            labelnames = order or tuple(sorted({k for labels, _ in entries for k in labels}))
+            if not name.endswith("_total"):
+                continue  # not a counter we know how to expose
+            fam = Family(name, "counter", help_text, labelnames)
+            for labels, value in sorted(entries, key=lambda e: tuple(e[0].get(k, "") for k in labelnames)):
+                fam.add(tuple(labels.get(k, "") for k in labelnames), value)
+            out.append(fam)
+        out.append(self._latency_histogram(by_name))
+        return out
+
+    @staticmethod
+    def _latency_histogram(by_name: dict[str, list[tuple[dict[str, str], float]]]) -> Family:
+        fam = Family(DURATION, "histogram", "Time to answer POST /api/v1/samples, commit included (every worker and replica).")
+        got = {labels["le"]: v for labels, v in by_name.get(f"{DURATION}_bucket", ())}
+        buckets = [(le, got.get(format_le(le), 0.0)) for le in LATENCY_BUCKETS]
+        total = sum(v for _, v in by_name.get(f"{DURATION}_sum", ()))
+        count = sum(v for _, v in by_name.get(f"{DURATION}_count", ()))
+        fam.add_histogram((), buckets, total, count)
+        return fam
+
+    def _detection_families(self, state: dict[str, Any], now: float) -> list[Family]:
+        lag = Family("laggard_detection_lag_seconds", "gauge",
+                     "Wall-clock time now minus the sample time the detector has judged up to, per cluster.", ("cluster",))
+        for key, value in sorted(state["progress"].items()):
+            if key.startswith("judged_until:") and math.isfinite(value):
+                lag.add((key.removeprefix("judged_until:"),), max(0.0, now - value))
+        backlog = Family("laggard_detection_backlog_batches", "gauge", "Committed batches the detector has not read yet.")
+        backlog.add((), state["backlog"] or 0)
+        return [lag, backlog]
+
+    def _alert_families(self, state: dict[str, Any], now: float) -> list[Family]:
+        pending = Family("laggard_alert_deliveries_pending", "gauge", "Alert deliveries waiting to be sent (or retried), by receiver.",
+                         ("receiver",))
+        oldest = Family("laggard_alert_oldest_pending_age_seconds", "gauge", "Age of the oldest undelivered alert, by receiver.",
+                        ("receiver",))
+        names = sorted(set(self.receivers()) | set(state["pending"]))
+        for name in names:
+            n, first = state["pending"].get(name, (0, None))
+            pending.add((name,), n)
+            oldest.add((name,), 0.0 if first is None else max(0.0, now - first))
+        return [pending, oldest]
+
+
+def to_prometheus(fam: Family):
+    """A Family as a prometheus_client metric family."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, UnknownMetricFamily
+
+    names = list(fam.labelnames)
+    if fam.type == "histogram":
+        out = HistogramMetricFamily(fam.name, fam.help, labels=names)
+        for values, buckets, sum_value, _count in fam.rows:
+            out.add_metric(list(values), [(format_le(le), v) for le, v in buckets], sum_value)
+        return out
+    cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "untyped": UnknownMetricFamily}[fam.type]
+    out = cls(fam.name, fam.help, labels=names)
+    for values, value in fam.rows:
+        out.add_metric(list(values), value)
+    return out
+

@@ -1,0 +1,123 @@
+"""`laggard-agent --metrics-port`: the node's own latest readings, written without
+prometheus_client (the agent ships with nvidia-ml-py and httpx only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.cli import parse_config
+from agent.metrics import NodeMetrics, parse_listen
+from agent.sample import GpuSample, NicSample, Sample, XidEvent
+from tests.metrics.tools import free_port, promtool_check_metrics, values
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Sink:
+    def __init__(self):
+        self.got = []
+
+    def submit(self, sample):
+        self.got.append(sample)
+
+
+def sample(ts: float) -> Sample:
+    gpus = [GpuSample(index=i, uuid=f"GPU-{i}", model="NVIDIA H100 80GB HBM3", pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                      temp_c=60.0 + i, sm_clock_mhz=1980, sm_clock_max_mhz=1980, mem_used_bytes=2 * 2**20, mem_total_bytes=10 * 2**20,
+                      pcie_replay_total=4, nvlink_tx_bytes_total=100, nvlink_rx_bytes_total=50,
+                      xids=[XidEvent(79, ts)] if i == 1 else []) for i in range(2)]
+    gpus.append(GpuSample(index=2, uuid="GPU-2", lost=True))
+    return Sample(ts=ts, gpus=gpus, nics=[NicSample("mlx5_0", 1, state="ACTIVE", rate_gbps=400.0, tx_bytes_total=10)])
+
+
+def test_node_metrics_tee_and_exposition():
+    sink = Sink()
+    metrics = NodeMetrics(sink, node="n1", cluster="prod", driver="550.54.15",
+                          stats=lambda: {"sent_samples": 5, "rejected_samples": 0, "failed_attempts": 2, "dropped": 0, "queued": 1})
+    s = sample(1000.0)
+    metrics.submit(s)
+    assert sink.got == [s]
+    text = metrics.exposition()
+    labels = {"gpu": "0", "UUID": "GPU-0", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "n1",
+              "cluster": "prod"}
+    assert values(text, "DCGM_FI_DEV_GPU_TEMP", **labels) == [60.0]
+    assert values(text, "DCGM_FI_DEV_FB_FREE", **labels) == [8.0]
+    assert values(text, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", **labels) == [150]
+    assert values(text, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == [79]
+    assert values(text, "DCGM_FI_DEV_GPU_TEMP", gpu="2") == []  # lost: no readings
+    assert values(text, "laggard_gpu_lost", gpu="2") == [1]
+    assert values(text, "laggard_gpu_xid_errors_total", gpu="1", xid="79") == [1]
+    assert values(text, "laggard_nic_port_up", device="mlx5_0", port="1") == [1]
+    assert values(text, "laggard_agent_push_failures_total") == [2]
+    assert values(text, "laggard_agent_last_sample_timestamp_seconds") == [1000.0]
+    metrics.submit(sample(1005.0))  # the XID counter counts events, the gauge keeps the last
+    text = metrics.exposition()
+    assert values(text, "laggard_gpu_xid_errors_total", gpu="1", xid="79") == [2]
+    assert values(text, "laggard_agent_samples_total") == [2]
+    rc, problems = promtool_check_metrics(text)
+    for line in problems:  # dcgm-exporter's own naming, as on the collector (tests/metrics/test_collector.py)
+        assert line.startswith("DCGM_FI_") and ("camelCase" in line or "should not include type 'counter'" in line), line
+
+
+def test_empty_before_the_first_sample():
+    text = NodeMetrics(None, node="n1", cluster="c").exposition()
+    assert "DCGM_FI_DEV_GPU_TEMP" in text and values(text, "DCGM_FI_DEV_GPU_TEMP") == []
+
+
+def test_listen_spec():
+    assert parse_listen("9400") == ("0.0.0.0", 9400)
+    assert parse_listen("127.0.0.1:9400") == ("127.0.0.1", 9400)
+    assert parse_listen("[::1]:9400") == ("::1", 9400)
+    for bad in ("x", "1:2:x", "70000"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def test_cli_flag_and_env():
+    assert parse_config([], env={}).metrics_port is None
+    assert parse_config(["--metrics-port", "9400"], env={}).metrics_port == "9400"
+    assert parse_config([], env={"LAGGARD_METRICS_PORT": "127.0.0.1:9401"}).metrics_port == "127.0.0.1:9401"
+    with pytest.raises(SystemExit):
+        parse_config(["--metrics-port", "nope"], env={})
+
+
+def test_the_agent_imports_neither_the_server_nor_prometheus_client():
+    code = ("import sys, agent.cli, agent.metrics; bad = [m for m in sys.modules if m == 'prometheus_client' or m == 'server' "
+            "or m.startswith(('prometheus_client.', 'server.', 'fastapi', 'sqlalchemy'))]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+def test_agent_serves_metrics_while_the_collector_is_away():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "--simulate", "H100:2", "--fault", "gpu1:thermal", "--interval", "0.5",
+         "--collector", f"http://127.0.0.1:{free_port()}", "--node", "sim-1", "--cluster", "lab", "--metrics-port", f"127.0.0.1:{port}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            except httpx.HTTPError:
+                text = ""
+            if len(values(text, "DCGM_FI_DEV_GPU_TEMP")) == 2 and values(text, "laggard_agent_push_failures_total", node="sim-1") not in ([], [0]):
+                break
+            time.sleep(0.2)
+        assert len(values(text, "DCGM_FI_DEV_GPU_TEMP", Hostname="sim-1", cluster="lab")) == 2
+        hot = values(text, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", gpu="1")[0]
+        assert int(hot) & 0x40  # the injected HW thermal slowdown
+        assert values(text, "laggard_agent_push_failures_total", node="sim-1")[0] > 0
+        assert httpx.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 404
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "Traceback" not in out, out[-3000:]

@@ -1,0 +1,258 @@
+"""GET /metrics on a live collector (SQLite and PostgreSQL): dcgm-exporter's names and labels from
+each GPU's latest sample, Laggard's own series, counters that come from the database (so two
+collector processes on one database agree, and retention does not make them fall), the switch
+that turns the DCGM series off, and `promtool check metrics` on the output."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from sqlalchemy import delete, text
+
+from server.app import create_app
+from server.detect.settings import DetectionSettings
+from server.metrics.settings import MetricsSettings
+from server.serve import start_in_thread
+from server.settings import Settings
+from server.store import schema
+from server.store.engine import make_engine
+from tests.metrics.fleet import push_range
+from tests.metrics.tools import promtool_check_metrics, samples, values
+
+MIB = 1024 * 1024
+
+
+def settings_for(url: str, **metrics) -> Settings:
+    return Settings(database_url=url, detection=DetectionSettings(settle_s=0), detection_poll_s=0.05,
+                    metrics=MetricsSettings(flush_interval_s=0.2, **metrics), retention_interval_s=3600)
+
+
+def scrape(url: str) -> str:
+    r = httpx.get(f"{url}/metrics", timeout=30)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return r.text
+
+
+def wait_metric(url: str, name: str, timeout: float = 10.0, **labels) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = scrape(url)
+        if values(body, name, **labels) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def fleet_server(database_url):
+    """A collector fed 12 instants of two 8-GPU nodes; n2's GPU 3 runs hot from instant 5, n1's
+    GPU 2 reports XID 79 once."""
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        push_range(server.url, t0, 0, 5, xid={"n1": 2})
+        push_range(server.url, t0, 5, 12, hot={"n2": (3,)})
+        wait_metric(server.url, "laggard_straggler_active", node="n2")
+        yield server, database_url, t0
+    finally:
+        server.stop()
+
+
+def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
+    server, _, t0 = fleet_server
+    body = scrape(server.url)
+    gpu0 = {"gpu": "0", "UUID": "GPU-n1-0", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "n1",
+            "cluster": "prod"}
+    expected = {
+        "DCGM_FI_DEV_GPU_TEMP": 60.0, "DCGM_FI_DEV_MEMORY_TEMP": 70.0, "DCGM_FI_DEV_SM_CLOCK": 1980, "DCGM_FI_DEV_MEM_CLOCK": 2619,
+        "DCGM_FI_DEV_POWER_USAGE": 600.0, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": 700.0, "DCGM_FI_DEV_GPU_UTIL": 99.0,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 40.0, "DCGM_FI_DEV_FB_USED": 60 * 1024, "DCGM_FI_DEV_FB_FREE": 20 * 1024,
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 3, "DCGM_FI_DEV_PCIE_LINK_GEN": 5,
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH": 16, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 5, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 2,
+        # The latest sample (instant 11), not any earlier one: tx + rx bytes.
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 2 * int(12 * 5e10), "DCGM_FI_DEV_XID_ERRORS": None,
+    }
+    for name, value in expected.items():
+        got = values(body, name, **gpu0)
+        if value is None:
+            assert got == [], name
+        else:
+            assert got == [pytest.approx(value)], name
+    # Exactly one series per GPU and field: 16 GPUs.
+    assert len(values(body, "DCGM_FI_DEV_GPU_TEMP")) == 16
+    assert values(body, "DCGM_FI_DEV_GPU_TEMP", Hostname="n2", gpu="3") == [91.0]
+    assert values(body, "DCGM_FI_DEV_XID_ERRORS", Hostname="n1", gpu="2") == [79]
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" not in body  # needs GPM readings the agent does not take yet
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER untyped" in body
+    assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in body
+
+
+def test_laggard_series(fleet_server):
+    server, url, t0 = fleet_server
+    body = wait_metric(server.url, "laggard_gpu_xid_errors_total")
+    hot = {"cluster": "prod", "node": "n2", "gpu": "3"}
+    assert values(body, "laggard_straggler_active", cause="thermal", **hot) == [1]
+    assert values(body, "laggard_straggler_active", node="n1") == []  # its XID 79 episode opened and resolved at once
+    assert values(body, "laggard_gpu_sm_clock_ratio", **hot) == [pytest.approx(1400 / 1980)]
+    # Peers: the 15 other busy H100s of job llm; median ratio (1980 - i)/1980.
+    deviation = values(body, "laggard_gpu_peer_deviation_ratio", **hot)[0]
+    assert -0.31 < deviation < -0.28
+    assert values(body, "laggard_gpu_peer_deviation_ratio", node="n1", gpu="0")[0] == pytest.approx(0.0, abs=0.005)
+    assert values(body, "laggard_gpu_capacity_ratio", **hot)[0] < 0.8
+    assert values(body, "laggard_gpu_capacity_ratio", node="n1", gpu="0") == [1.0]
+    for node in ("n1", "n2"):  # one action per node, not "ok" (n1: the XID's hint lasts its cool-down)
+        assert sum(values(body, "laggard_node_action", node=node)) == 1
+        assert values(body, "laggard_node_action", node=node, action="ok") == [0]
+    assert values(body, "laggard_nodes_reporting", cluster="prod") == [2]
+    assert values(body, "laggard_nodes_stale", cluster="prod") == [0]
+    assert values(body, "laggard_node_last_seen_timestamp_seconds", node="n1") == [t0 + 11]
+    assert values(body, "laggard_gpu_nvlink_links_up", node="n1", gpu="0") == [18]
+    assert values(body, "laggard_nic_port_up", node="n1", device="mlx5_0", port="1") == [1]
+    assert values(body, "laggard_nic_link_rate_bytes_per_second", node="n1") == [400e9 / 8]
+    assert values(body, "laggard_episodes_opened_total", cluster="prod", cause="thermal") == [1]
+    assert values(body, "laggard_gpu_xid_errors_total", node="n1", gpu="2", xid="79") == [1]
+    assert values(body, "laggard_detection_lag_seconds", cluster="prod")[0] >= 0
+    assert values(body, "laggard_detection_backlog_batches") != []
+    body = wait_ingest(server.url, 24)
+    assert values(body, "laggard_ingest_samples_total", cluster="prod") == [24]
+    assert values(body, "laggard_ingest_batches_total", cluster="prod") == [24]
+    assert values(body, "laggard_ingest_request_duration_seconds_count") == [24]
+    assert values(body, "laggard_ingest_request_duration_seconds_bucket", le="+Inf") == [24]
+
+
+def wait_ingest(url: str, n: int, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = scrape(url)
+        if (values(body, "laggard_ingest_samples_total", cluster="prod") == [n]
+                and values(body, "laggard_ingest_request_duration_seconds_count") == [n]) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def test_counters_survive_retention_and_resolve(fleet_server):
+    server, url, t0 = fleet_server
+    wait_metric(server.url, "laggard_gpu_xid_errors_total")
+    wait_ingest(server.url, 24)
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:  # what retention does to old rows
+            conn.execute(delete(schema.XidEvent.__table__))
+            conn.execute(delete(schema.IngestLog.__table__))
+    finally:
+        engine.dispose()
+    push_range(server.url, t0, 12, 20)  # n2 cools down: the episode resolves
+    body = wait_metric(server.url, "laggard_episodes_resolved_total", cause="thermal")
+    assert values(body, "laggard_episodes_resolved_total", cluster="prod", cause="thermal") == [1]
+    assert values(body, "laggard_straggler_active", node="n2") == []
+    assert values(body, "laggard_gpu_xid_errors_total", node="n1", gpu="2", xid="79") == [1]
+    body = wait_ingest(server.url, 40)
+    assert values(body, "laggard_ingest_samples_total", cluster="prod") == [40]
+
+
+def test_two_collectors_on_one_database_agree(fleet_server):
+    server, url, t0 = fleet_server
+    second = start_in_thread(create_app(settings_for(url, process_series=False)))
+    try:
+        bad = httpx.post(f"{second.url}/api/v1/samples", content=b'{"version": 1}', headers={"content-type": "application/json"})
+        assert bad.status_code == 422
+        assert httpx.post(f"{server.url}/api/v1/samples", content=b"{", headers={"content-type": "application/json"}).status_code == 400
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            a, b = scrape(server.url), scrape(second.url)
+            if values(b, "laggard_ingest_rejected_requests_total", code="422") == [1] and \
+                    values(a, "laggard_ingest_rejected_requests_total", code="400") == [1]:
+                break
+            time.sleep(0.1)
+        moving = ("process_", "python_", "laggard_detection_lag_seconds", "laggard_alert_oldest_pending_age_seconds")
+        same_a = {k: v for k, v in samples(a).items() if not k[0].startswith(moving)}
+        same_b = {k: v for k, v in samples(b).items() if not k[0].startswith(moving)}
+        assert same_a == same_b
+        assert values(a, "laggard_ingest_rejected_requests_total", code="422") == [1]  # counted by the other process
+        assert values(b, "laggard_ingest_rejected_requests_total", code="400") == [1]
+        assert not any(k[0].startswith("process_") for k in samples(b))
+    finally:
+        second.stop()
+
+
+def test_dcgm_switch_off(database_url):
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url, dcgm_series=False)))
+    try:
+        push_range(server.url, t0, 0, 3, xid={"n1": 2})
+        body = wait_metric(server.url, "laggard_gpu_sm_clock_ratio")
+        assert "DCGM_" not in body
+        assert len(values(body, "laggard_gpu_sm_clock_ratio")) == 16
+    finally:
+        server.stop()
+
+
+def test_old_samples_are_not_exported(database_url):
+    t0 = float(int(time.time()) - 3600)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        push_range(server.url, t0, 0, 2)
+        body = scrape(server.url)
+        assert values(body, "DCGM_FI_DEV_GPU_TEMP") == []  # older than max_sample_age_s: the node is gone
+        assert values(body, "laggard_nodes_stale", cluster="prod") == [2]
+        assert values(body, "laggard_nodes_reporting", cluster="prod") == [0]
+    finally:
+        server.stop()
+
+
+def test_metrics_can_be_turned_off(sqlite_url):
+    server = start_in_thread(create_app(settings_for(sqlite_url, enabled=False)))
+    try:
+        assert httpx.get(f"{server.url}/metrics").status_code == 404
+    finally:
+        server.stop()
+
+
+def test_promtool_check_metrics_passes(fleet_server):
+    """Laggard's own series pass promtool's lint, and so does the whole output with the DCGM
+    switch off. With it on, promtool reports two things that are dcgm-exporter's own naming (its
+    output draws the same findings): the camelCase label `modelName`, and "COUNTER" inside the
+    name DCGM_FI_DEV_PCIE_REPLAY_COUNTER. Nothing else."""
+    server, url, _ = fleet_server
+    wait_metric(server.url, "laggard_gpu_xid_errors_total")
+    body = scrape(server.url)
+    rc, problems = promtool_check_metrics(body)
+    camel = "label names should be written in 'snake_case' not 'camelCase'"
+    assert any(line.endswith(camel) for line in problems), "expected the modelName finding"
+    for line in problems:
+        assert (line.startswith("DCGM_FI_") and line.endswith(camel)) or \
+            line == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'", line
+    laggard_only = "".join(chunk for chunk in _families(body) if "DCGM_FI_" not in chunk)
+    rc, problems = promtool_check_metrics(laggard_only)
+    assert (rc, problems) == (0, [])
+    off = start_in_thread(create_app(settings_for(url, dcgm_series=False)))
+    try:
+        rc, problems = promtool_check_metrics(scrape(off.url))
+        assert (rc, problems) == (0, [])
+    finally:
+        off.stop()
+
+
+def _families(body: str) -> list[str]:
+    chunks, current = [], []
+    for line in body.splitlines(keepends=True):
+        if line.startswith("# HELP") and current:
+            chunks.append("".join(current))
+            current = []
+        current.append(line)
+    chunks.append("".join(current))
+    return chunks
+
+
+def test_scrape_reads_the_database_not_process_memory(fleet_server):
+    """Rows written behind the collector's back show up at the next scrape."""
+    server, url, _ = fleet_server
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE episodes SET resolved_at = onset + 1"))
+    finally:
+        engine.dispose()
+    assert values(scrape(server.url), "laggard_straggler_active") == []
