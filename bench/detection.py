@@ -454,7 +454,7 @@ def results_table(run: dict, *, markdown: bool) -> str:
     det, base = run.get("detector"), run["baseline"]
     head = ["cause", "faults", "Laggard P", "R", "TTD p50", "p95", "FP", "baseline P", "R", "TTD p50", "p95", "FP"]
     rows = []
-    for cause in [*CAUSES, "overall"]:
+    for cause in [*CAUSES, "overall"] if "truth" in run else []:
         b = base["overall"] if cause == "overall" else base["causes"][cause]
         d = (det["overall"] if cause == "overall" else det["causes"][cause]) if det else None
         name = f"**{cause}**" if markdown and cause == "overall" else cause
@@ -480,18 +480,20 @@ def results_table(run: dict, *, markdown: bool) -> str:
 
 def verdict(run: dict) -> str:
     det = run.get("detector")
-    if not det:
-        return "no detector scores"
-    o = det["overall"]
-    checks = [
-        ("precision", o["precision"] is not None and o["precision"] >= TARGETS["precision"], _f(o["precision"])),
-        ("recall", o["recall"] is not None and o["recall"] >= TARGETS["recall"], _f(o["recall"])),
-        ("TTD p50", o["ttd_median"] is not None and o["ttd_median"] <= TARGETS["ttd_median"], _f(o["ttd_median"], 1)),
-        ("TTD p95", o["ttd_p95"] is not None and o["ttd_p95"] <= TARGETS["ttd_p95"], _f(o["ttd_p95"])),
-    ]
+    checks = []
+    if det:
+        o = det["overall"]
+        checks += [
+            ("precision", o["precision"] is not None and o["precision"] >= TARGETS["precision"], _f(o["precision"])),
+            ("recall", o["recall"] is not None and o["recall"] >= TARGETS["recall"], _f(o["recall"])),
+            ("TTD p50", o["ttd_median"] is not None and o["ttd_median"] <= TARGETS["ttd_median"], _f(o["ttd_median"], 1)),
+            ("TTD p95", o["ttd_p95"] is not None and o["ttd_p95"] <= TARGETS["ttd_p95"], _f(o["ttd_p95"])),
+        ]
     clean = run.get("clean")
     if clean and clean.get("detector_flags") is not None:
         checks.append(("fault-free flags", clean["detector_flags"] == 0, str(clean["detector_flags"])))
+    if not checks:
+        return "no detector scores"
     return ", ".join(f"{name} {value} {'ok' if ok else 'MISSED'}" for name, ok, value in checks)
 
 
@@ -542,8 +544,9 @@ def _replace_block(text: str, begin: str, end: str, block: str) -> str:
 
 def write_docs(payload: dict) -> None:
     cfg = payload["config"]
+    commit = f", commit {payload['commit']}" if payload.get("commit") else ""
     parts = [f"Run: `{payload['command']}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
-             f"seed {cfg['seed']}, {payload['machine']}; wall time {payload['wall_s']:.0f} s.", ""]
+             f"seed {cfg['seed']}, {payload['machine']}{commit}; wall time {payload['wall_s']:.0f} s.", ""]
     for run in payload["runs"]:
         parts.append(f"### {run['interval']:g} s sampling ({run['fleet_summary']})")
         parts.append("")
@@ -552,6 +555,33 @@ def write_docs(payload: dict) -> None:
         parts.append(f"Targets: {verdict(run)}.")
         if run.get("detector_note"):
             parts.append(f"Detector: {run['detector_note']}.")
+        strict = run.get("baseline_with_power_cap")
+        if strict:
+            o = strict["overall"]
+            parts.append(f"Baseline counting the routine SW power cap bit as well: {o['episodes']:,} episodes, "
+                         f"precision {_f(o['precision'])}, recall {_f(o['recall'])}.")
+        clean = run.get("clean")
+        if clean:
+            by = ", ".join(f"{c} {n}" for c, n in sorted(clean["baseline_by_cause"].items(), key=lambda kv: -kv[1]))
+            parts.append(f"Baseline flags on the fault-free fleet by cause: {by or 'none'}.")
+        det = run.get("detector")
+
+        def where(node: str, gpu, nic=None) -> str:
+            return f"{node} gpu {gpu}" if gpu is not None else f"{node} {nic}" if nic else node
+
+        listed = [("Laggard missed", [f"{m['id']} {m['cause']}/{m['variant']} on {where(m['node'], m['gpu'], m['nic'])}"
+                                      for m in det["missed"]] if det else []),
+                  ("Laggard false positives", [f"{where(fp['node'], fp['gpu'])} {fp['cause']}: {fp['summary'][:120]}"
+                                               + (f" (near {fp['near_fault']})" if fp.get("near_fault") else "")
+                                               for fp in det["false_positives"]] if det else []),
+                  ("Laggard flags on the fault-free fleet", [f"{where(fp['node'], fp['gpu'])} {fp['cause']}: {fp['summary'][:120]}"
+                                                             for fp in (clean or {}).get("detector_fp") or []])]
+        for title, items in listed:
+            if items:
+                parts.append(f"{title} ({len(items)}):")
+                parts.append("")
+                parts += [f"- {item}" for item in items[:10]] + ([f"- ... {len(items) - 10} more"] if len(items) > 10 else [])
+                parts.append("")
         parts.append("")
         parts.append("<details><summary>Per variant: faults detected (Laggard, baseline)</summary>")
         parts.append("")
@@ -572,7 +602,7 @@ def write_docs(payload: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--nodes", type=int, default=24)
     p.add_argument("--interval", default="1,5", help="sampling interval(s) in seconds, comma-separated (default 1,5)")
     p.add_argument("--duration", type=float, default=3600.0, help="seconds of sample time per fleet")
     p.add_argument("--seed", type=int, default=1)
@@ -589,7 +619,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write config, ground truth, episodes and scores here")
     p.add_argument("--write-docs", action="store_true", help=f"replace the results section of {DOCS.relative_to(ROOT)}")
     p.add_argument("--show", type=int, default=12, help="false positives / misses to print per fleet")
+    p.add_argument("--docs-from", metavar="PATH", help="only rewrite the docs' results from the --json of an earlier run")
     args = p.parse_args(argv)
+    if args.docs_from:
+        write_docs(json.loads(Path(args.docs_from).read_text()))
+        print(f"wrote {DOCS.relative_to(ROOT)} from {args.docs_from}")
+        return 0
     intervals = [float(x) for x in str(args.interval).split(",") if x.strip()]
     wall0 = time.perf_counter()
 
@@ -634,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "command": "python bench/detection.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{os.cpu_count()} CPUs",
+        "commit": _commit(),
         "wall_s": wall,
         "config": {"nodes": args.nodes, "intervals": intervals, "duration": args.duration, "seed": args.seed, "t0": t0,
                    "faults_per_cause": args.faults_per_cause, "grace": args.grace, "batch_seconds": args.batch_seconds,
@@ -748,11 +784,22 @@ def _run_all(args, fleets, t0: float, workdir: Path) -> list[dict]:
                     "detector_by_cause": None if det_eps is None else _by_cause(det_eps),
                     "push": push_txt,
                 }
-        if faulty is None:  # --fault-free: an empty score for the table
+        if faulty is None:  # --fault-free: only the flags row
             entry["baseline"] = score([], [], interval=iv, grace=args.grace)
             entry["detector"] = None
         runs.append(entry)
     return runs
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + (" + local changes" if dirty.stdout.strip() else "")
 
 
 def _by_cause(eps: list[dict]) -> dict[str, int]:

@@ -16,7 +16,7 @@ AGENT = {"version": "0.1.0", "driver": "550.54.15", "cuda": "12.4"}
 
 @dataclass(frozen=True)
 class FleetConfig:
-    nodes: int = 32
+    nodes: int = 24
     interval: float = 1.0  # seconds between samples
     duration: float = 3600.0  # seconds of sample time
     seed: int = 1

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+import orjson
+from fastapi.responses import PlainTextResponse, Response
 
 from server.errors import ApiError
 from server.hints.render import slurm_lines
@@ -39,20 +39,23 @@ async def snapshot(request: Request, cluster: str | None) -> Snapshot:
         raise ApiError(503, f"hints unavailable: {type(exc).__name__}", type="unavailable", headers={"Retry-After": "5"}) from exc
 
 
-@router.get("", summary="Per node and GPU: ok / rebalance / avoid / drain, and capacity 0-1", responses={503: {}})
+@router.get("", summary="Per node and GPU: ok / rebalance / avoid / drain, and capacity 0-1 (docs/rebalancing.md)",
+            response_class=Response, responses={200: {"content": {"application/json": {}}}, 503: {}})
 async def hints(
     request: Request,
     cluster: str | None = None,
     node: str | None = None,
     problems_only: bool = False,
-) -> dict[str, Any]:
+) -> Response:
     doc = (await snapshot(request, cluster)).doc
     nodes = doc["nodes"]
     if node is not None:
         nodes = [n for n in nodes if n["node"] == node]
     if problems_only:
         nodes = [n for n in nodes if n["action"] != "ok"]
-    return {**doc, "nodes": nodes}
+    # Serialised directly: thousands of GPU entries through FastAPI's generic encoder would cost
+    # more than computing the hints.
+    return Response(orjson.dumps({**doc, "nodes": nodes}), media_type="application/json")
 
 
 @router.get("/slurm", summary="Plain text for NHC-style health scripts: `node action reason`, one line per node not ok",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from agent.metrics import CONTENT_TYPE, render
+from agent.metrics import CONTENT_TYPE
 from server.errors import ApiError
 
 router = APIRouter(tags=["metrics"])
@@ -18,7 +18,7 @@ def metrics(request: Request) -> Response:
     settings = state.settings.metrics
     if not settings.enabled:
         raise ApiError(404, "metrics are turned off (LAGGARD_METRICS__ENABLED=false)", loc=["path"], type="not_found")
-    body = render(state.metrics_collector.families())
+    body = state.metrics_renderer.render(state.metrics_collector.families())
     if settings.process_series:
         from prometheus_client import generate_latest
 

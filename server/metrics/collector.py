@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from agent.metrics import DCGM_LABELS, NIC_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
+from agent.metrics import DCGM_FIELDS, DCGM_LABELS, NIC_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
 from server.detect.observe import peer_group
 from server.metrics import counters
@@ -39,7 +39,12 @@ ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
 IDLE_BIT = 0x1
 
-_GPU_COLUMNS = [c.name for c in GpuSampleT.columns if c.name != "gpu_id"]
+# The columns a scrape reads (fewer columns, faster at 10,000 GPUs): what DCGM_FIELDS and _derive
+# read, and what Laggard's own per-GPU series need.
+_GPU_COLUMNS = [c.name for c in GpuSampleT.columns if c.name in {
+    "ts", "lost", *(f.key for f in DCGM_FIELDS), "mem_total_bytes", "mem_used_bytes", "nvlink_tx_bytes_total", "nvlink_rx_bytes_total",
+    "remapped_rows_pending", "sm_clock_max_mhz", "nvlink_links_up", "nvlink_links_total", "nvlink_crc_errors_total",
+}]
 _NIC_COLUMNS = [c.name for c in NicSampleT.columns if c.name != "nic_id"]
 
 # Counters kept in the database: help text and label order.
@@ -65,8 +70,9 @@ def _sql_latest(dialect: str, kind: str) -> str:
         inv, samples, key, cols, ident = "nics", "nic_samples", "nic_id", _NIC_COLUMNS, "i.id, i.node_id, i.device, i.port"
     picked = ", ".join(f's."{c}"' for c in cols)
     if dialect == "postgresql":
+        inner = ", ".join(f'm."{c}"' for c in cols)
         return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN LATERAL "
-                f"(SELECT * FROM {samples} m WHERE m.{key} = i.id ORDER BY m.ts DESC LIMIT 1) s WHERE s.ts >= :cutoff")
+                f"(SELECT {inner} FROM {samples} m WHERE m.{key} = i.id ORDER BY m.ts DESC LIMIT 1) s WHERE s.ts >= :cutoff")
     # SQLite: CROSS JOIN keeps the inventory as the outer loop; max() on the (id, ts) key is one seek.
     return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN {samples} s ON s.{key} = i.id "
             f"AND s.ts = (SELECT max(m.ts) FROM {samples} m WHERE m.{key} = i.id) WHERE s.ts >= :cutoff")
@@ -320,9 +326,12 @@ class LaggardCollector:
         for name, labels, value in rows:
             by_name[name].append((labels, value))
         out: list[Family] = []
-        for code in KNOWN_REJECT_CODES:
-            if not any(labels.get("code") == str(code) for labels, _ in by_name[REJECTED]):
-                by_name[REJECTED].append(({"code": str(code)}, 0.0))
+        # Known label sets start at 0, so that rate() has a series before the first event.
+        self._zero(by_name, REJECTED, [{"code": str(code)} for code in KNOWN_REJECT_CODES])
+        receivers = self.receivers()
+        self._zero(by_name, "laggard_alert_notifications_total",
+                   [{"receiver": r, "result": result} for r in receivers for result in ("sent", "failed", "dropped")])
+        self._zero(by_name, "laggard_alert_alerts_sent_total", [{"receiver": r} for r in receivers])
         for name in sorted(by_name):
             if name.startswith(DURATION):
                 continue
@@ -337,6 +346,13 @@ class LaggardCollector:
             out.append(fam)
         out.append(self._latency_histogram(by_name))
         return out
+
+    @staticmethod
+    def _zero(by_name: dict[str, list[tuple[dict[str, str], float]]], name: str, label_sets: list[dict[str, str]]) -> None:
+        present = {tuple(sorted(labels.items())) for labels, _ in by_name[name]}
+        by_name[name] += [(labels, 0.0) for labels in label_sets if tuple(sorted(labels.items())) not in present]
+        if not by_name[name]:
+            del by_name[name]
 
     @staticmethod
     def _latency_histogram(by_name: dict[str, list[tuple[dict[str, str], float]]]) -> Family:

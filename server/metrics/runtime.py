@@ -7,6 +7,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
+from agent.metrics import Renderer
 from server.metrics.collector import LaggardCollector
 from server.metrics.ingest import IngestMetricsMiddleware, IngestRecorder
 from server.metrics.maintainer import MetricsMaintainer
@@ -18,6 +19,7 @@ def install(app: FastAPI) -> None:
 
     recorder = IngestRecorder()
     app.state.ingest_metrics = recorder
+    app.state.metrics_renderer = Renderer()
     app.add_middleware(IngestMetricsMiddleware, recorder=recorder)
     registry = CollectorRegistry(auto_describe=True)
     for collector in (ProcessCollector, PlatformCollector, GCCollector):

@@ -1,0 +1,239 @@
+"""The dashboards, proven against the real thing: Debian's `prometheus` on a loopback port scrapes a
+collector fed by a simulated fleet (real agent code on the simulated NVML library and IB tree,
+pushing over HTTP), using dashboards/prometheus.yml with its interval shortened; then every
+PromQL expression of every panel and annotation of every dashboard, template variables
+substituted, is evaluated through Prometheus's HTTP API and must return data. The template
+variables' own queries must offer the values substituted."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from server.alerts.settings import AlertSettings
+from server.app import create_app
+from server.detect.settings import DetectionSettings
+from server.metrics.settings import MetricsSettings
+from server.serve import start_in_thread
+from server.settings import Settings
+from tests.metrics.tools import Receiver, free_port, require_binary, wait_http
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARDS = REPO / "dashboards"
+CLUSTER = "sim"
+RATE_INTERVAL = "15s"
+
+
+def dashboard_files() -> list[Path]:
+    return sorted(DASHBOARDS.glob("*.json"))
+
+
+def test_the_json_is_what_generate_py_writes():
+    proc = subprocess.run(["python", str(DASHBOARDS / "generate.py"), "--check"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in dashboard_files()] == ["collector-health.json", "fleet-overview.json", "node-drilldown.json",
+                                                  "straggler-detail.json"]
+
+
+def test_dashboards_are_well_formed():
+    uids = set()
+    for path in dashboard_files():
+        doc = json.loads(path.read_text())
+        assert doc["uid"] not in uids
+        uids.add(doc["uid"])
+        names = [v["name"] for v in doc["templating"]["list"]]
+        assert names[0] == "datasource"
+        ids = [p["id"] for p in doc["panels"]]
+        assert len(ids) == len(set(ids))
+        for p in doc["panels"]:
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert p["targets"], p["title"]
+            assert 0 <= p["gridPos"]["x"] and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
+            for t in p["targets"]:
+                used = set(re.findall(r"\$(\w+)", t["expr"])) - {"__rate_interval"}
+                assert used <= set(names), (p["title"], used)
+    assert uids == {"laggard-fleet", "laggard-straggler", "laggard-node", "laggard-collector"}
+
+
+def test_provisioning_files():
+    ds = yaml.safe_load((DASHBOARDS / "provisioning/datasources/laggard-prometheus.yaml").read_text())
+    assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
+    dash = yaml.safe_load((DASHBOARDS / "provisioning/dashboards/laggard.yaml").read_text())
+    assert dash["providers"][0]["type"] == "file" and dash["providers"][0]["options"]["path"]
+
+
+def test_promtool_check_config():
+    promtool = require_binary("promtool")
+    proc = subprocess.run([promtool, "check", "config", str(DASHBOARDS / "prometheus.yml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout + proc.stderr
+
+
+# --- every panel against a real Prometheus ------------------------------------------------------------
+
+
+class SimulatedFleet:
+    """Four simulated 8-GPU nodes, each running the agent's sampling loop and pusher (1 s)."""
+
+    FAULTS = {1: ["gpu3:thermal"], 2: ["gpu6:xid=79", "ib2:degraded"]}
+
+    def __init__(self, url: str, nodes: int = 4):
+        from agent.push import Pusher
+        from agent.runner import Runner
+        from agent.sim.fleet import SimFleet
+
+        self.fleet = SimFleet()
+        self.stop = threading.Event()
+        self.agents = []
+        for i in range(nodes):
+            node = self.fleet.add_node(f"sim-node-{i}", model="h100", gpus=8, faults=self.FAULTS.get(i, []), seed=i)
+            info = {"version": "test", "driver": node.driver_version(), "cuda": node.cuda_version()}
+            pusher = Pusher(url, node=node.name, cluster=CLUSTER, labels={"job": "llm"}, agent_info=info, batch_size=1, max_delay=1).start()
+            thread = Runner(node, pusher, interval=1.0, read_nics=node.read_nics, stop=self.stop).start()
+            self.agents.append((pusher, thread))
+
+    def close(self) -> None:
+        self.stop.set()
+        for pusher, thread in self.agents:
+            thread.join(10)
+            pusher.close(flush_timeout=5)
+        self.fleet.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    binary = require_binary("prometheus")
+    promtool = require_binary("promtool")
+    tmp = tmp_path_factory.mktemp("prom")
+    receiver = Receiver()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp / 'laggard.db'}", detection=DetectionSettings(settle_s=0), detection_poll_s=0.1,
+        metrics=MetricsSettings(flush_interval_s=0.5), webhook_urls=receiver.url, alerts=AlertSettings(group_wait_s=0.5, poll_s=0.1),
+    )
+    collector = start_in_thread(create_app(settings))
+    fleet = SimulatedFleet(collector.url)
+    # The shipped scrape config, pointed at this collector and sped up.
+    config = yaml.safe_load((DASHBOARDS / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(REPO / "deploy/prometheus/laggard-alerts.yml")]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "laggard"]
+    job["scrape_timeout"] = "1s"
+    job["static_configs"] = [{"targets": [f"127.0.0.1:{collector.url.rsplit(':', 1)[1]}"]}]
+    config_path = tmp / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config))
+    check = subprocess.run([promtool, "check", "config", str(config_path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config_path}", f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--log.level=warn"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/-/ready", proc=proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        fleet.close()
+        collector.stop()
+        receiver.close()
+
+
+def query(prom: str, expr: str) -> list:
+    r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=30)
+    doc = r.json()
+    assert r.status_code == 200 and doc["status"] == "success", (expr, doc)
+    return doc["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def variables(prometheus):
+    """Wait for the fleet's straggler to be scraped, with enough history for rate() windows; the
+    template variables are the cluster, and the node and GPU of that straggler."""
+    deadline = time.monotonic() + 90
+    found = []
+    while time.monotonic() < deadline:
+        found = query(prometheus, f'laggard_straggler_active{{cluster="{CLUSTER}", cause="thermal"}}')
+        scrapes = query(prometheus, 'count_over_time(up{job="laggard"}[1m])')
+        xids = query(prometheus, "laggard_gpu_xid_errors_total")
+        if found and xids and scrapes and float(scrapes[0]["value"][1]) >= 20:
+            break
+        time.sleep(0.5)
+    assert found, "no thermal straggler reached Prometheus"
+    labels = found[0]["metric"]
+    assert (labels["node"], labels["gpu"]) == ("sim-node-1", "3")
+    return {"cluster": CLUSTER, "node": labels["node"], "gpu": labels["gpu"], "__rate_interval": RATE_INTERVAL}
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+
+
+def expressions(doc: dict) -> list[tuple[str, str]]:
+    out = [(f"{p['title']} [{t['refId']}]", t["expr"]) for p in doc["panels"] for t in p["targets"]]
+    out += [(f"annotation {a['name']}", a["expr"]) for a in doc["annotations"]["list"] if a.get("expr")]
+    return out
+
+
+@pytest.mark.parametrize("name", ["fleet-overview.json", "straggler-detail.json", "node-drilldown.json", "collector-health.json"])
+def test_every_panel_returns_data(prometheus, variables, name):
+    doc = json.loads((DASHBOARDS / name).read_text())
+    empty = []
+    for title, expr in expressions(doc):
+        promql = substitute(expr, variables)
+        result = query(prometheus, promql)
+        if not result:
+            empty.append((title, promql))
+        # "or vector(0)" keeps a stat readable when nothing is wrong; the series behind it must exist too.
+        if promql.endswith(" or vector(0)") and not query(prometheus, promql.removesuffix(" or vector(0)")):
+            empty.append((title, promql))
+    assert not empty, "panels without data:\n" + "\n".join(f"  {t}: {e}" for t, e in empty)
+
+
+def test_template_variables_offer_the_values_used(prometheus, variables):
+    """label_values(metric{selector}, label): the values Grafana would offer, via /api/v1/series."""
+    docs = [json.loads(p.read_text()) for p in dashboard_files()]
+    checked = set()
+    for doc in docs:
+        for var in doc["templating"]["list"]:
+            if var["type"] != "query":
+                continue
+            m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["definition"])
+            assert m, var["definition"]
+            selector, label = substitute(m.group(1), variables), m.group(2)
+            r = httpx.get(f"{prometheus}/api/v1/series", params={"match[]": selector, "start": time.time() - 300}, timeout=30).json()
+            offered = {s[label] for s in r["data"] if label in s}
+            assert variables[var["name"]] in offered, (var["name"], offered)
+            checked.add(var["name"])
+    assert checked == {"cluster", "node", "gpu"}
+
+
+def test_alerting_rules_load_and_evaluate(prometheus, variables):
+    """The rules file is loaded by this Prometheus; the critical straggler rule fires on the fleet."""
+    rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    assert {g["name"] for g in rules} == {"laggard-stragglers", "laggard-collector"}
+    assert all(r["health"] != "err" for g in rules for r in g["rules"]), rules
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
+        if any(a["labels"]["alertname"] == "LaggardStragglerCritical" and a["labels"].get("node") == "sim-node-1" for a in alerts):
+            break
+        time.sleep(0.5)
+    assert any(a["labels"]["alertname"] == "LaggardStragglerCritical" and a["labels"]["gpu"] == "3" for a in alerts), alerts
+
+
+def test_an_expression_without_data_would_be_caught(prometheus, variables):
+    assert query(prometheus, 'laggard_straggler_active{cluster="no-such-cluster"}') == []
