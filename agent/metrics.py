@@ -44,10 +44,11 @@ DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "cluster")
 
 
 class Family:
-    """One metric family. rows: (label values, value) for gauge/counter/untyped;
-    (label values, [(le, cumulative count)...], sum, count) for a histogram."""
+    """One metric family, kept as columns: keys[i] (label values, in labelnames order) goes with
+    values[i] (an int or a float). A histogram keeps (label values, [(le, cumulative count)...],
+    sum, count) tuples in `hist`. Columns let 10,000 GPUs share one list of label tuples."""
 
-    __slots__ = ("name", "type", "help", "labelnames", "rows")
+    __slots__ = ("name", "type", "help", "labelnames", "keys", "values", "hist")
 
     def __init__(self, name: str, type: str, help: str, labelnames: Sequence[str] = ()):
         if type not in ("gauge", "counter", "untyped", "histogram"):
@@ -55,14 +56,21 @@ class Family:
         if type == "counter" and not name.endswith("_total"):
             raise ValueError(f"counter {name} must end in _total")
         self.name, self.type, self.help, self.labelnames = name, type, help, tuple(labelnames)
-        self.rows: list[tuple] = []
+        self.keys: list[tuple] = []
+        self.values: list = []
+        self.hist: list[tuple] = []
 
     def add(self, values: Sequence[str], value: float) -> None:
         """value: an int or a float (a bool is stored as 0 or 1)."""
-        self.rows.append((tuple(values), int(value) if isinstance(value, bool) else value))
+        self.keys.append(tuple(values))
+        self.values.append(int(value) if isinstance(value, bool) else value)
 
     def add_histogram(self, values: Sequence[str], buckets: Sequence[tuple[float, float]], sum_value: float, count: float) -> None:
-        self.rows.append((tuple(values), list(buckets), sum_value, count))
+        self.hist.append((tuple(values), list(buckets), sum_value, count))
+
+    @property
+    def rows(self) -> list[tuple]:
+        return list(self.hist) if self.type == "histogram" else list(zip(self.keys, self.values))
 
     def __repr__(self) -> str:
         return f"Family({self.name!r}, {self.type!r}, {len(self.rows)} rows)"
@@ -116,10 +124,9 @@ class Renderer:
             if fam.type == "histogram":
                 _render_histogram(fam, append)
                 continue
-            if not fam.rows:
+            keys, values = fam.keys, fam.values
+            if not keys:
                 continue
-            keys = [row[0] for row in fam.rows]
-            values = [row[1] for row in fam.rows]
             cached = self._heads.get(fam.name)
             if cached is None or cached[0] != keys:
                 texts = labels_text.setdefault(fam.labelnames, {})
@@ -141,7 +148,7 @@ class Renderer:
 
 def _render_histogram(fam: Family, append: Callable[[str], None]) -> None:
     names = fam.labelnames
-    for values, buckets, sum_value, count in fam.rows:
+    for values, buckets, sum_value, count in fam.hist:
         base = [f'{n}="{escape_label_value(str(v))}"' for n, v in zip(names, values)]
         for le, cumulative in buckets:
             bound = 'le="' + format_le(le) + '"'
@@ -225,13 +232,20 @@ def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, ext
     supported, or the GPU is lost: pass {}) is left out, as dcgm-exporter leaves out blank
     fields. The readings dicts are extended in place. extra=False: the default set only."""
     items = [(labels, _derive(m)) for labels, m in gpus if m]
+    labels_list = [labels for labels, _ in items]
+    readings = [m for _, m in items]
     families = []
     for field in DCGM_FIELDS:
         if field.extra and not extra:
             continue
         fam = Family(field.name, field.type, field.help, DCGM_LABELS)
         key = field.key
-        fam.rows = [(labels, v) for labels, m in items if (v := m.get(key)) is not None]
+        values = [m.get(key) for m in readings]
+        if None in values:
+            fam.keys = [labels for labels, v in zip(labels_list, values) if v is not None]
+            fam.values = [v for v in values if v is not None]
+        else:
+            fam.keys, fam.values = list(labels_list), values
         families.append(fam)
     return families
 
@@ -253,17 +267,21 @@ def nic_families(ports: Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]) -> 
     up = Family("laggard_nic_port_up", "gauge", "1 when the IB/RoCE port is ACTIVE.", NIC_LABELS)
     rate = Family("laggard_nic_link_rate_bytes_per_second", "gauge", "Port link rate (in bytes per second).", NIC_LABELS)
     fams = [Family(name, "counter", text, NIC_LABELS) for _, name, text in _NIC_COUNTERS]
-    keyed = [(fam.rows.append, key) for fam, (key, _, _) in zip(fams, _NIC_COUNTERS)]
-    for values, m in ports:
+    items = list(ports)
+    for values, m in items:
         state = m.get("state")
         if state is not None:
-            up.rows.append((values, int(state.upper() == "ACTIVE")))
+            up.add(values, int(state.upper() == "ACTIVE"))
         if m.get("rate_gbps") is not None:
-            rate.rows.append((values, m["rate_gbps"] * 1e9 / 8))
-        for append, key in keyed:
-            v = m.get(key)
-            if v is not None:
-                append((values, v))
+            rate.add(values, m["rate_gbps"] * 1e9 / 8)
+    labels_list = [values for values, _ in items]
+    for fam, (key, _, _) in zip(fams, _NIC_COUNTERS):
+        column = [m.get(key) for _, m in items]
+        if None in column:
+            fam.keys = [k for k, v in zip(labels_list, column) if v is not None]
+            fam.values = [v for v in column if v is not None]
+        else:
+            fam.keys, fam.values = list(labels_list), column
     return [up, rate, *fams]
 
 

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import queue
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -123,6 +124,7 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
         for t in (tallies.setdefault(f.cause, Tally()), overall, variants.setdefault(f"{f.cause}/{f.variant}", Tally())):
             t.faults += 1
     first_detect: dict[str, float] = {}
+    matched_count: dict[str, int] = {}
     false_positives = []
     eps = 1e-6
     for ep in sorted(episodes, key=lambda e: (e["detected_at"], str(e.get("id")))):
@@ -144,6 +146,7 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
             continue
         t.correct += 1
         overall.correct += 1
+        matched_count[match.id] = matched_count.get(match.id, 0) + 1
         if match.id in first_detect:
             t.duplicates += 1
             overall.duplicates += 1
@@ -162,6 +165,10 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
         "variants": {k: v.to_json() for k, v in sorted(variants.items())},
         "false_positives": false_positives,
         "missed": missed,
+        # Faults reported as several episodes (the condition cleared and came back): correct
+        # flags, but alert noise.
+        "split": [{"id": f.id, "fault": f"{f.cause}/{f.variant}", "node": f.node, "episodes": matched_count[f.id]}
+                  for f in truth if matched_count.get(f.id, 0) > 1],
     }
 
 
@@ -544,8 +551,9 @@ def _replace_block(text: str, begin: str, end: str, block: str) -> str:
 
 def write_docs(payload: dict) -> None:
     cfg = payload["config"]
+    command = re.sub(r"\s--(json|docs-from)(\s+|=)\S+|\s--write-docs", "", payload["command"])
     commit = f", commit {payload['commit']}" if payload.get("commit") else ""
-    parts = [f"Run: `{payload['command']}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
+    parts = [f"Run: `{command}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
              f"seed {cfg['seed']}, {payload['machine']}{commit}; wall time {payload['wall_s']:.0f} s.", ""]
     for run in payload["runs"]:
         parts.append(f"### {run['interval']:g} s sampling ({run['fleet_summary']})")
@@ -576,6 +584,9 @@ def write_docs(payload: dict) -> None:
                                                for fp in det["false_positives"]] if det else []),
                   ("Laggard flags on the fault-free fleet", [f"{where(fp['node'], fp['gpu'])} {fp['cause']}: {fp['summary'][:120]}"
                                                              for fp in (clean or {}).get("detector_fp") or []])]
+        if det and det.get("split"):
+            listed.append(("Laggard split faults into several episodes",
+                           [f"{x['id']} {x['fault']} on {x['node']}: {x['episodes']} episodes" for x in det["split"]]))
         for title, items in listed:
             if items:
                 parts.append(f"{title} ({len(items)}):")
@@ -622,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs-from", metavar="PATH", help="only rewrite the docs' results from the --json of an earlier run")
     args = p.parse_args(argv)
     if args.docs_from:
-        write_docs(json.loads(Path(args.docs_from).read_text()))
+        write_docs(_rescore(json.loads(Path(args.docs_from).read_text())))
         print(f"wrote {DOCS.relative_to(ROOT)} from {args.docs_from}")
         return 0
     intervals = [float(x) for x in str(args.interval).split(",") if x.strip()]
@@ -680,7 +691,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(payload, indent=1, default=str))
         print(f"wrote {args.json}")
     if args.write_docs:
-        payload["command"] = payload["command"].replace(f" --json {args.json}", "") if args.json else payload["command"]
         write_docs(payload)
         print(f"wrote {DOCS.relative_to(ROOT)}")
     return 0
@@ -789,6 +799,20 @@ def _run_all(args, fleets, t0: float, workdir: Path) -> list[dict]:
             entry["detector"] = None
         runs.append(entry)
     return runs
+
+
+def _rescore(payload: dict) -> dict:
+    """Score a saved run again with this scorer (its ground truth and episodes are kept)."""
+    grace = payload["config"]["grace"]
+    for run in payload["runs"]:
+        if "truth" not in run:
+            continue
+        truth = [Fault(**f) for f in run["truth"]]
+        for key in ("detector", "baseline"):
+            eps = run["episodes"].get(key)
+            if eps is not None:
+                run[key] = score(truth, eps, interval=run["interval"], grace=grace)
+    return payload
 
 
 def _commit() -> str | None:

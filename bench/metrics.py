@@ -3,7 +3,7 @@
 Builds a database the way a fleet leaves it: 1,250 nodes × 8 GPUs and 8 IB ports each, `--samples`
 samples per GPU and port (the latest-sample lookup walks a real index), open episodes on 1% of
 the GPUs, XID events, and the shared counters. Then starts the collector (real uvicorn) and
-times whole scrapes over HTTP, and, in-process, the parts: reading the database and building the
+times whole scrapes over HTTP (`laggard server` in its own process), and, in-process, the parts: reading the database and building the
 families, writing the text, and what prometheus_client's generic writer would take instead.
 
     python bench/metrics.py                          # SQLite in a temp dir, 10,000 GPUs
@@ -106,21 +106,15 @@ def run(url: str, *, gpus: int, samples: int, rounds: int) -> dict:
     now = time.time()
     t = time.perf_counter()
     shape = populate(url, gpus=gpus, samples=samples, now=now)
-    print(f"populated {shape} with {samples} samples each in {time.perf_counter() - t:.1f} s", flush=True)
+    print(f"populated {shape} with {samples} samples each in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    scrape, size, series = _scrape_server_process(url, rounds)
+    # The parts, in this process, on the same database.
     settings = Settings(database_url=url, retention_interval_s=86400)
     server = start_in_thread(create_app(settings))
     try:
         app = server.server.config.app
-        collector = app.state.metrics_collector
-        httpx.get(f"{server.url}/metrics", timeout=60)  # warm: connections, statement caches
-        scrape, size, series = [], 0, 0
-        for _ in range(rounds):
-            t = time.perf_counter()
-            r = httpx.get(f"{server.url}/metrics", timeout=60)
-            scrape.append(time.perf_counter() - t)
-            size = len(r.content)
-            series = sum(1 for line in r.text.splitlines() if line and not line.startswith("#"))
-        renderer = app.state.metrics_renderer  # warm, as it is after the first scrape
+        collector, renderer = app.state.metrics_collector, app.state.metrics_renderer
+        renderer.render(collector.families())  # warm, as every scrape after the first is
         read, write, cold, cpu, reference = [], [], [], [], []
         for _ in range(rounds):
             t, c = time.perf_counter(), time.thread_time()
@@ -146,9 +140,45 @@ def run(url: str, *, gpus: int, samples: int, rounds: int) -> dict:
         **shape, "samples_per_series": samples, "series": series, "bytes": size,
         "scrape_s": {"median": statistics.median(scrape), "max": max(scrape)},
         "read_and_build_s": statistics.median(read), "render_s": statistics.median(write), "render_cold_s": statistics.median(cold),
-        "cpu_s": statistics.median(cpu),
-        "prometheus_client_generate_latest_s": reference[0],
+        "cpu_s": statistics.median(cpu), "prometheus_client_generate_latest_s": reference[0],
     }
+
+
+def _scrape_server_process(url: str, rounds: int) -> tuple[list[float], int, int]:
+    """Whole scrapes of `laggard server` (its own process, as Prometheus sees it), over HTTP."""
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server", "--database-url", url,
+                             "--port", str(port)], cwd=Path(__file__).resolve().parent.parent, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("collector did not start")
+            time.sleep(0.2)
+        with httpx.Client(timeout=60) as client:
+            client.get(f"{base}/metrics")  # the first scrape fills the renderer's cache
+            times, body = [], b""
+            for _ in range(rounds):
+                t = time.perf_counter()
+                body = client.get(f"{base}/metrics").content
+                times.append(time.perf_counter() - t)
+        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        return times, len(body), series
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def main() -> int:

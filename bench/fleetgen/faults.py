@@ -45,7 +45,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("nvlink", "crc_rising", False, "NVLink CRC errors rising 1-8/s, every sample (and replays)"),
     Variant("nvlink", "replay_rising", False, "NVLink replay errors rising 1-8/s, every sample"),
     Variant("nvlink", "bw_low", True, "NVLink throughput 40% below peers, no error"),
-    Variant("pcie", "gen_down", False, "PCIe link trained 2 generations below max while busy"),
+    Variant("pcie", "gen_down", False, "PCIe link trained 2 generations below max (busy or idle)"),
     Variant("pcie", "width_down", False, "PCIe link x8 instead of x16"),
     Variant("pcie", "replays_rising", False, "PCIe replays rising 1-8/s while busy, every sample"),
     Variant("network", "port_down", False, "IB port DOWN (link_downed +1)", nic=True),
@@ -109,7 +109,7 @@ def schedule(layout: Layout, *, cluster: str, t0: float, duration: float, interv
              rng: Random) -> list[Fault]:
     """Place the planned faults on nodes and times: on the sampling grid, each lasting 3-8
     minutes, never two at once on one node (2.5 min apart at least), never starting within a
-    checkpoint pause or its edges, at most half of a job's nodes faulty at once, the first
+    checkpoint pause or its edges, at most ceil(n/2) of a job's n nodes faulty at once, the first
     after the detector has had 4 minutes of data."""
     variants = plan(faults_per_cause)
     rng.shuffle(variants)
@@ -135,8 +135,9 @@ def schedule(layout: Layout, *, cluster: str, t0: float, duration: float, interv
             if any(a - gap < end and start < b + gap for a, b in busy_by_node[node.idx]):
                 continue
             if job is not None:
-                # Peers stay a clear majority: at most half a job's nodes faulty at once, and
-                # a node-wide fault alone in its job.
+                # Peers stay a clear majority: at most ceil(n/2) of a job's n nodes with a
+                # fault at once (one GPU or port each, a small part of the peer group), and a
+                # node-wide fault alone in its job.
                 limit = 1 if v.node_wide else max(1, (len(job.nodes) + 1) // 2)
                 concurrent = sum(1 for i in job.nodes if i != node.idx
                                  for a, b in busy_by_node[i] if a - gap < end and start < b + gap)

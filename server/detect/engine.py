@@ -23,7 +23,7 @@ from server.detect.settings import DetectionSettings
 # neither confirms nor clears them, so a checkpoint pause does not split one fault into two
 # episodes. (What a rule does find on an idle GPU, e.g. a node-wide HW power brake that
 # stalled it, still counts.)
-JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown"})
+JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown", "nvlink", "pcie"})
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
 
@@ -57,6 +57,8 @@ class EpisodeChange:
 class _Gpu:
     window: Window = field(default_factory=Window)
     prev_row: dict[str, Any] | None = None
+    absent: int = 0  # consecutive samples of its node that it was missing from
+    absent_since: float | None = None
 
 
 @dataclass
@@ -170,6 +172,7 @@ class Detector:
         xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
         obs = gpu_obs(row, state.prev_row, group=group, xids=xids)
         state.prev_row = row
+        state.absent = 0
         state.window.items.append(obs)
         node.gpus.add(uuid)
         self.groups[group].add(uuid)
@@ -204,14 +207,20 @@ class Detector:
         for item in items:
             reported = {row["uuid"] for row in item.gpu_rows}
             for uuid in cluster.nodes[item.node].gpus - reported:
-                last = self.gpus[uuid].window.latest
-                silent = ts - last.ts
+                state = self.gpus[uuid]
+                state.absent += 1
+                if state.absent == 1:
+                    state.absent_since = ts
+                last = state.window.latest
                 finding = None
-                if silent >= self.cfg.missing_after_s:
+                if state.absent >= self.cfg.missing_after_samples:
+                    # Counted in the node's own samples: absence from consecutive samples is
+                    # already the persistence, so the finding opens at once.
                     finding = Finding(
-                        cause="lost", severity="critical",
-                        summary=f"GPU {last.index} stopped reporting {silent:.0f} s ago while node {item.node} still reports",
-                        evidence={"last_seen": last.ts, "silent_s": silent},
+                        cause="lost", severity="critical", immediate=True, onset=state.absent_since,
+                        summary=f"GPU {last.index} missing from the last {state.absent} samples of node {item.node} "
+                                f"(last seen {ts - last.ts:.0f} s before)",
+                        evidence={"last_seen": last.ts, "missing_samples": state.absent, "silent_s": ts - last.ts},
                     )
                 changes += self._step(gpu_entity(uuid), {"lost": finding} if finding else {}, ts, frozenset(),
                                       cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
@@ -226,7 +235,9 @@ class Detector:
                 stats[obs.group] = nic_peer_stats(obs.group, members, min_peers=self.cfg.min_peers)
             key = nic_entity(obs.cluster, obs.node, obs.device, obs.port)
             findings = _run(self.nic_rules, self.nics[key].window, stats[obs.group], self.cfg)
-            changes += self._step(key, findings, ts, frozenset(), cluster=obs.cluster, node=obs.node, gpu=None, uuid=None)
+            # A port of an idle node is judged only on what it shows by itself (state, errors).
+            neutral = frozenset() if obs.node_busy else frozenset({"network"})
+            changes += self._step(key, findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=None, uuid=None)
         return changes
 
     def _recent(self, states: dict, keys: set[str], ts: float) -> list:
@@ -261,7 +272,9 @@ class Detector:
         conditions = self.conditions[entity]
         cond = conditions.get(cause)
         if cond is None:
-            cond = conditions[cause] = Condition(n=self.cfg.window_n, k=self.cfg.window_k, clear_after=self.cfg.clear_after)
+            cond = conditions[cause] = Condition(
+                n=self.cfg.window_n, k=self.cfg.window_k, clear_after=self.cfg.clear_after, clear_after_s=self.cfg.clear_after_s
+            )
         return cond
 
 

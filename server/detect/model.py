@@ -176,3 +176,5 @@ class Finding:
     # Rules for one-off hardware events (an XID, a newly uncorrected ECC error) need no
     # persistence: one sample is the event.
     immediate: bool = False
+    # When the condition began, if the rule knows better than "its first flagged instant".
+    onset: float | None = None

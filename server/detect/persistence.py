@@ -1,5 +1,6 @@
 """Turning per-instant findings into lasting conditions: open after k of the last n judged
-instants, resolve after m consecutive clean ones (hysteresis), so one fault is one episode."""
+instants, resolve after m consecutive clean ones spanning at least `clear_after_s` of sample
+time (hysteresis), so one fault is one episode."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Condition:
     n: int
     k: int
     clear_after: int
+    clear_after_s: float = 0.0
     recent: deque = field(init=False)
     is_open: bool = False
     severity: str | None = None
@@ -58,7 +60,8 @@ class Condition:
         hits = [t for t, f in self.recent if f is not None]
         if finding.immediate or len(hits) >= self.k:
             self.is_open, self.severity = True, finding.severity
-            return Opened(finding, onset=hits[0], detected_at=ts)
+            onset = hits[0] if finding.onset is None else min(finding.onset, hits[0])
+            return Opened(finding, onset=onset, detected_at=ts)
         return None
 
     def _clean(self, ts: float) -> Change | None:
@@ -67,7 +70,7 @@ class Condition:
         if self.clean_run == 0:
             self.first_clean_ts = ts
         self.clean_run += 1
-        if self.clean_run >= self.clear_after:
+        if self.clean_run >= self.clear_after and ts - self.first_clean_ts >= self.clear_after_s:
             resolved_at = self.first_clean_ts
             self.is_open, self.severity, self.clean_run, self.first_clean_ts = False, None, 0, None
             self.recent.clear()

@@ -11,12 +11,13 @@ class DetectionSettings(BaseModel):
     min_peers: int = Field(4, description="Busy GPUs (or ports) a group needs for peer statistics; smaller groups use absolute rules only.")
     stale_after_s: float = Field(30.0, description="A peer's latest sample older than this (sample time) is left out of the group's statistics.")
     settle_s: float = Field(60.0, description="A cluster new to the detector is judged only once this much sample time has arrived, so late-starting agents are not missed.")
-    missing_after_s: float = Field(20.0, description="A GPU absent this long while its node still reports is flagged as lost.")
+    missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as lost.")
 
     # --- persistence -------------------------------------------------------------------
     window_n: int = Field(3, description="Open an episode when k of the last n evaluated instants found the condition...")
     window_k: int = Field(2, description="...k of them.")
-    clear_after: int = Field(3, description="Resolve after this many consecutive clean instants (hysteresis).")
+    clear_after: int = Field(3, description="Resolve after this many consecutive clean instants (hysteresis)...")
+    clear_after_s: float = Field(30.0, description="...spanning at least this much sample time, so a fault that shows only in some phases of a training step stays one episode.")
     rate_window_s: float = Field(60.0, description="Error counters are judged on their increase over this much sample time.")
 
     # --- clocks, thermal, power --------------------------------------------------------

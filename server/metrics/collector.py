@@ -88,6 +88,8 @@ class LaggardCollector:
         self.cfg = settings.metrics
         self.receivers = receivers or (lambda: [])
         self.hints_source = hints
+        self._labels: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # per GPU, kept between scrapes
+        self._nic_labels: dict[tuple, tuple[str, ...]] = {}
         self.clock = clock
         self._sql = {kind: _sql_latest(engine.dialect.name, kind) for kind in ("gpu", "nic")}
         self._hints_failed = False
@@ -124,13 +126,17 @@ class LaggardCollector:
         nodes = {r[0]: r for r in conn.execute(select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.labels, NodeT.c.agent,
                                                       NodeT.c.last_seen)).all()}
         cutoff = now - self.cfg.max_sample_age_s
-        gpus = conn.execute(text(self._sql["gpu"]), {"cutoff": cutoff}).all()
-        nics = conn.execute(text(self._sql["nic"]), {"cutoff": cutoff}).all()
+        gpus = _fetch_plain(conn, self._sql["gpu"], cutoff)
+        nics = _fetch_plain(conn, self._sql["nic"], cutoff)
         nic_items = []
+        cache, fresh = self._nic_labels, {}
         for row in nics:
             node = nodes.get(row[1])
             if node is not None:
-                nic_items.append(((node[1], node[2], row[2], str(row[3])), dict(zip(_NIC_COLUMNS, row[4:]))))
+                ident = (row[0], node[1], node[2], row[2], row[3])
+                labels = fresh[ident] = cache.get(ident) or (node[1], node[2], row[2], str(row[3]))
+                nic_items.append((labels, dict(zip(_NIC_COLUMNS, row[4:]))))
+        self._nic_labels = fresh
         active = [dict(r) for r in conn.execute(select(
             EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
         ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
@@ -250,8 +256,10 @@ class LaggardCollector:
         derived = self._derived_capacity(state) if hint_caps is None else None
         last_xid = state["last_xid"]
         dcgm_on = self.cfg.dcgm_series
-        add_lost, add_cap, add_ratio = lost.rows.append, capacity.rows.append, ratio.rows.append
-        add_up, add_links, add_crc, add_dcgm = links_up.rows.append, links.rows.append, crc.rows.append, dcgm_items.append
+        add_lost, add_cap, add_ratio = lost.add, capacity.add, ratio.add
+        add_up, add_links, add_crc, add_dcgm = links_up.add, links.add, crc.add, dcgm_items.append
+        cache = self._labels
+        fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         group_of: dict[tuple[int, str | None], list] = {}
         for row in state["gpus"]:
             node = nodes.get(row[1])
@@ -261,25 +269,29 @@ class LaggardCollector:
             index, uuid, model = row[2], row[3], row[4]
             gpu = str(index)
             m = dict(zip(_GPU_COLUMNS, row[6:]))
-            labels = (cluster, hostname, gpu, uuid)
+            # The same label tuples from scrape to scrape: the renderer then finds its cached
+            # line heads by identity (agent/metrics.py Renderer).
+            ident = (row[0], cluster, hostname, index, uuid, model)
+            pair = fresh[ident] = cache.get(ident) or (
+                (cluster, hostname, gpu, uuid), dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster))
+            labels, dlabels = pair
             is_lost = bool(m["lost"])
-            add_lost((labels, int(is_lost)))
+            add_lost(labels, int(is_lost))
             if hint_caps is not None:
                 cap = hint_caps.get((cluster, hostname, index), 1.0)
             else:
                 cap = derived.get((cluster, hostname, gpu), 1.0)
-            add_cap((labels, 0.0 if is_lost else cap))
+            add_cap(labels, 0.0 if is_lost else cap)
             if dcgm_on:
-                dlabels = dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster)
                 add_dcgm((dlabels, {} if is_lost else m))
                 if row[0] in last_xid:
-                    xid.rows.append((dlabels, last_xid[row[0]]))
+                    xid.add(dlabels, last_xid[row[0]])
             if is_lost:
                 continue
             sm, sm_max = m["sm_clock_mhz"], m["sm_clock_max_mhz"]
             if sm is not None and sm_max:
                 r = sm / sm_max
-                add_ratio((labels, r))
+                add_ratio(labels, r)
                 util, reasons = m["util_gpu_pct"], m["clocks_event_reasons"]
                 if util is not None and util >= 10.0 and not (reasons or 0) & IDLE_BIT:
                     members = group_of.get((row[1], model))
@@ -287,17 +299,19 @@ class LaggardCollector:
                         members = group_of[(row[1], model)] = groups[peer_group(cluster=cluster, model=model, labels=node[3] or {})]
                     members.append((labels, r))
             if (v := m["nvlink_links_up"]) is not None:
-                add_up((labels, v))
+                add_up(labels, v)
             if (v := m["nvlink_links_total"]) is not None:
-                add_links((labels, v))
+                add_links(labels, v)
             if (v := m["nvlink_crc_errors_total"]) is not None:
-                add_crc((labels, v))
+                add_crc(labels, v)
+        self._labels = fresh
         for members in groups.values():
             if len(members) < max(min_peers, 2):
                 continue
             median = statistics.median(r for _, r in members)
             if median > 0:
-                deviation.rows += [(labels, r / median - 1.0) for labels, r in members]
+                deviation.keys += [labels for labels, _ in members]
+                deviation.values += [r / median - 1.0 for _, r in members]
         out = [ratio, deviation, capacity, lost, links_up, links, crc]
         if self.cfg.dcgm_series:
             out = dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series) + [xid] + out
@@ -387,6 +401,19 @@ class LaggardCollector:
         return [pending, oldest]
 
 
+def _fetch_plain(conn: Connection, sql: str, cutoff: float) -> list[tuple]:
+    """Rows as the driver's plain tuples: at 10,000 GPUs, SQLAlchemy's Row objects cost more than
+    the query. (Booleans stay 0/1 on SQLite, which every reader here treats alike.)"""
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace(":cutoff", "%(cutoff)s")
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(sql, {"cutoff": cutoff})
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
 def to_prometheus(fam: Family):
     """A Family as a prometheus_client metric family."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, UnknownMetricFamily
@@ -394,7 +421,7 @@ def to_prometheus(fam: Family):
     names = list(fam.labelnames)
     if fam.type == "histogram":
         out = HistogramMetricFamily(fam.name, fam.help, labels=names)
-        for values, buckets, sum_value, _count in fam.rows:
+        for values, buckets, sum_value, _count in fam.hist:
             out.add_metric(list(values), [(format_le(le), v) for le, v in buckets], sum_value)
         return out
     cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "untyped": UnknownMetricFamily}[fam.type]

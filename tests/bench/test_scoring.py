@@ -72,6 +72,7 @@ def test_hand_built_episodes_give_the_expected_scores():
     assert fps[("n1", "thermal")]["near_fault"].startswith("f2 clock")  # wrong cause, named
     assert fps[("n9", "ecc")]["summary"] == "noise" and fps[("n9", "ecc")]["near_fault"] is None
     assert sc["variants"]["thermal/v"]["detected"] == 1
+    assert sc["split"] == [{"id": "f1", "fault": "thermal/v", "node": "n1", "episodes": 2}]
 
 
 def test_no_faults_no_episodes():

@@ -52,3 +52,18 @@ def test_idle_only_when_nothing_is_remembered():
     for ts in (2.0, 3.0, 4.0):
         cond.step(ts, None)
     assert cond.idle
+
+
+def test_resolution_also_waits_for_enough_sample_time():
+    cond = Condition(n=3, k=2, clear_after=3, clear_after_s=10.0)
+    changes = [cond.step(float(ts), W if ts < 3 else None) for ts in range(1, 20)]
+    resolved = [(ts, c.resolved_at) for ts, c in enumerate(changes, start=1) if isinstance(c, Resolved)]
+    # Clean from ts 3 on: three clean instants by ts 5, but 10 s of them only at ts 13.
+    assert resolved == [(13, 3.0)]
+
+
+def test_a_finding_may_date_its_own_onset():
+    cond = Condition(n=3, k=2, clear_after=3)
+    found = Finding(cause="lost", severity="critical", summary="gone", evidence={}, immediate=True, onset=7.0)
+    change = cond.step(9.0, found)
+    assert isinstance(change, Opened) and change.onset == 7.0 and change.detected_at == 9.0

@@ -62,7 +62,7 @@ def wait_for(url: str, predicate, timeout: float = 10.0, path: str = "/api/v1/st
 
 @pytest.fixture
 def settings(database_url):
-    return Settings(database_url=database_url, detection=DetectionSettings(settle_s=0), detection_poll_s=0.05)
+    return Settings(database_url=database_url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05)
 
 
 def test_a_hot_gpu_is_flagged_explained_and_resolved(settings):

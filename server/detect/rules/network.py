@@ -75,16 +75,27 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
             lead(evidence, "bps", bw.value, peer_median=bw.peer_median, deviation=rnd(bw.deviation))
             evidence.update(bps=bw.value, peer_bps=bw.peer_median, bps_z=rnd(bw.z, 2))
 
-    if peers is not None and peers.xmit_wait_per_s is not None and obs.xmit_wait_per_s is not None:
+    wait = _sustained_wait(window, cfg.rate_window_s)
+    if peers is not None and peers.xmit_wait_per_s is not None and wait is not None:
         median = peers.xmit_wait_per_s.median
-        if obs.xmit_wait_per_s > cfg.ib_wait_factor * max(median, cfg.ib_wait_floor_per_s):
-            factor = obs.xmit_wait_per_s / median if median > 0 else None
+        if wait > cfg.ib_wait_factor * max(median, cfg.ib_wait_floor_per_s):
+            factor = wait / median if median > 0 else None
             ratio = f"{factor:.0f}× " if factor is not None else ""
-            parts.append(f"transmit-wait {obs.xmit_wait_per_s:.3g} ticks/s, {ratio}the peer median {median:.3g}")
-            lead(evidence, "xmit_wait_per_s", obs.xmit_wait_per_s, peer_median=median)
-            evidence.update(xmit_wait_per_s=obs.xmit_wait_per_s, peer_xmit_wait_per_s=median, wait_factor=rnd(factor, 1))
+            parts.append(f"transmit-wait {wait:.3g} ticks/s, {ratio}the peer median {median:.3g}")
+            lead(evidence, "xmit_wait_per_s", wait, peer_median=median)
+            evidence.update(xmit_wait_per_s=wait, peer_xmit_wait_per_s=median, wait_factor=rnd(factor, 1))
 
     if not parts:
         return None
     return Finding(cause=CAUSE, severity="critical" if critical else "warning", summary=f"{label} " + "; ".join(parts),
                    evidence={k: v for k, v in {**base, **evidence}.items() if v is not None})
+
+
+def _sustained_wait(window, seconds: float) -> float | None:
+    """The larger of this instant's transmit-wait rate and its mean over the window: congestion
+    that bites only in communication phases stays one condition instead of flapping with them."""
+    now = window.latest.xmit_wait_per_s
+    rates = [o.xmit_wait_per_s for o in window.since(seconds) if o.xmit_wait_per_s is not None]
+    if now is None:
+        return None
+    return max(now, sum(rates) / len(rates))
