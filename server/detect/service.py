@@ -48,7 +48,8 @@ class DetectionService:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(30)
+        if self._thread.is_alive():
+            self._thread.join(30)
         self.lock.release()
 
     def run_once(self) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from agent.metrics import DCGM_FIELDS, DCGM_LABELS, NIC_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
+from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
 from server.detect.observe import peer_group
 from server.metrics import counters
