@@ -36,14 +36,17 @@ def main() -> int:
     p.add_argument("--requests-per-node", type=int, default=8)
     p.add_argument("--samples-per-request", type=int, default=10)
     p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--nics", type=int, default=8, help="IB ports per node in each sample")
     p.add_argument("--workers", type=int, default=1, help="collector worker processes")
+    p.add_argument("--with-detection", action="store_true",
+                   help="keep the detector running in the collector (by default it is off: this measures ingest)")
     p.add_argument("--database-url", default=None, help="default: a fresh SQLite file in a temp dir")
     p.add_argument("--rounds", type=int, default=3, help="end-to-end and floor are alternated this many times; medians reported")
     args = p.parse_args()
 
     t0 = time.time() - 86400
     bodies = fleet_bodies(nodes=args.nodes, requests_per_node=args.requests_per_node,
-                          samples_per_request=args.samples_per_request, t0=t0)
+                          samples_per_request=args.samples_per_request, nics=args.nics, t0=t0)
     gpu_samples = sum(_gpu_samples(b) for b in bodies)
     print(f"{len(bodies)} bodies, {gpu_samples} GPU-samples, {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB gzip each")
 
@@ -51,7 +54,8 @@ def main() -> int:
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory() as tmp:
             url = args.database_url and _fresh_pg(args.database_url, f"e2e{r}") or f"sqlite:///{tmp}/e2e.db"
-            rate, lat = run_end_to_end(bodies, url, clients=args.clients, workers=args.workers, gpu_samples=gpu_samples)
+            rate, lat = run_end_to_end(bodies, url, clients=args.clients, workers=args.workers, gpu_samples=gpu_samples,
+                                       detection=args.with_detection)
             e2e.append(rate)
             p50s.append(lat[0])
             p99s.append(lat[1])
@@ -70,9 +74,10 @@ def _gpu_samples(body: bytes) -> int:
     return sum(len(s["gpus"]) for s in json.loads(gzip.decompress(body))["samples"])
 
 
-def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, workers: int, gpu_samples: int) -> tuple[float, tuple[float, float]]:
+def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, workers: int, gpu_samples: int, detection: bool) -> tuple[float, tuple[float, float]]:
     port = _free_port()
-    env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers)}
+    env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers),
+                        "LAGGARD_DETECTION_ENABLED": "true" if detection else "false"}
     server = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env)
     try:
         _wait_ready(port)
