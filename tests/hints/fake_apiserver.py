@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.hints.loopback import LoopbackServer
 
 PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json", "application/json-patch+json")
 
@@ -25,7 +27,7 @@ def node(name: str, *, taints: list[dict] | None = None, conditions: list[dict] 
     }
 
 
-class FakeApiServer:
+class FakeApiServer(LoopbackServer):
     def __init__(self, nodes: list[dict]):
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.requests: list[dict[str, Any]] = []
@@ -44,20 +46,7 @@ class FakeApiServer:
             def do_PATCH(self):
                 fake._handle(self, "PATCH")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
     def writes(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["method"] != "GET"]

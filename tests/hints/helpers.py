@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -21,6 +20,8 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import episodes
 from server.store.engine import make_engine
+
+from tests.hints.loopback import LoopbackServer
 
 T0 = float(int(time.time()) - 3600)  # recent: retention (7 days) keeps it
 
@@ -115,7 +116,7 @@ def hint_doc(*nodes: tuple[str, str, float, list[tuple[str, str]]]) -> dict[str,
         for name, action, capacity, reasons in nodes]}
 
 
-class HintsServer:
+class HintsServer(LoopbackServer):
     """Serves a hints document (changeable) on GET /api/v1/hints, records the query strings."""
 
     def __init__(self, doc: dict[str, Any]):
@@ -136,17 +137,4 @@ class HintsServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
