@@ -82,8 +82,57 @@ def _run_server(args: argparse.Namespace) -> int:
     migrate.upgrade(engine)
     engine.dispose()
     os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false"})
-    uvicorn.run("server.app:create_app_from_env", factory=True, workers=settings.workers, **common)
-    return 0
+    import multiprocessing
+    import signal
+    import socket
+    import threading
+
+    if not hasattr(socket, "SO_REUSEPORT"):
+        uvicorn.run("server.app:create_app_from_env", factory=True, workers=settings.workers, **common)
+        return 0
+    # Each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
+    # connections over them. On uvicorn's one shared socket the first worker to wake accepts a
+    # whole burst, and keep-alive connections stay where they landed: 16 agents connecting at
+    # once often ended up 14-16 on one worker. The loop below is uvicorn's supervisor, cut down.
+    from uvicorn._subprocess import get_subprocess
+    from uvicorn.config import STARTUP_FAILURE
+
+    config = uvicorn.Config("server.app:create_app_from_env", factory=True, **common)
+    port = settings.port
+
+    def start_worker() -> multiprocessing.Process:
+        nonlocal port
+        sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((settings.host, port))
+        port = sock.getsockname()[1]  # --port 0: the others join the first one's port
+        worker = get_subprocess(config, target=uvicorn.Server(config).run, sockets=[sock])
+        worker.start()
+        sock.close()  # the worker has its own copy
+        return worker
+
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    workers = [start_worker() for _ in range(settings.workers)]
+    failed = False
+    while not stopping.wait(0.5):
+        for i, worker in enumerate(workers):
+            if worker.is_alive():
+                continue
+            if worker.exitcode == STARTUP_FAILURE:  # it would fail the same way on every restart
+                failed = True
+                stopping.set()
+                break
+            logging.getLogger("uvicorn.error").warning("worker %s died (exit code %s); starting another", worker.pid, worker.exitcode)
+            workers[i] = start_worker()
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()  # SIGTERM: uvicorn's graceful shutdown
+    for worker in workers:
+        worker.join()
+    return 1 if failed else 0
 
 
 def _run_migrate(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ async def read_body(chunks: AsyncIterator[bytes], *, content_length: str | None,
 
 
 def decode_batch(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> Batch:
-    """gunzip (if sent so) and validate: the CPU-heavy half of ingest."""
+    """gunzip (if sent so) and validate: the CPU-heavy half of ingest, run off the event loop."""
     body = gunzip_limited(raw, limit) if gzipped else raw
     return parse_batch(body, now=now, max_future_skew_s=max_future_skew_s)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from fastapi import APIRouter, Request, Response
@@ -22,18 +23,20 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
 )
 async def post_samples(request: Request) -> Response:
-    # The hot path of the collector. Settings and writer come straight from the app state:
-    # FastAPI runs plain-def dependencies on its thread pool, two thread hand-offs per
-    # request; and the answer is rendered here rather than through response validation.
+    # The collector's hot path: settings and writer come straight from the app state (no
+    # dependency solving; a plain-def dependency would even cost two thread hand-offs), and
+    # the answer is rendered here rather than validated and serialised by FastAPI.
     settings = request.app.state.settings
     writer = request.app.state.writer
     gzipped = content_is_gzip(request.headers.get("content-encoding"))
     raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=settings.max_body_bytes)
-    # Decoded here, on the event loop (see server/store/writer.py for why); a bad body is
-    # answered before anything reaches the writer.
-    batch = decode_batch(raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s)
+    decode = functools.partial(
+        decode_batch, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s
+    )
     try:
-        accepted = await asyncio.wrap_future(writer.submit(batch))
+        accepted = await asyncio.wrap_future(writer.submit(decode))
+    except ApiError:
+        raise
     except Exception as exc:
         if _database_unavailable(exc):
             # Nothing was committed: the agent keeps the batch and retries later.

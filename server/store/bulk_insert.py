@@ -11,9 +11,10 @@ from itertools import chain
 
 from sqlalchemy import Connection, Table
 
-# Fixed chunk sizes keep the number of distinct statements small, so the driver's statement
-# cache serves them; 64 rows × 33 columns stays far below SQLite's 32766 variable limit.
-SQLITE_ROWS_PER_STATEMENT = 64
+# Chunks of 256 rows, then halves for the remainder: few statements per group commit, and
+# few distinct statements (9 sizes) for the driver's statement cache. 256 rows × 33 columns
+# stays far below SQLite's 32766 variable limit.
+SQLITE_MAX_ROWS_PER_STATEMENT = 256
 
 
 class BulkInsert:
@@ -34,10 +35,13 @@ class BulkInsert:
         if self.dialect_name != "sqlite":
             conn.exec_driver_sql(self._single, rows)
             return
-        step = SQLITE_ROWS_PER_STATEMENT
-        for start in range(0, len(rows), step):
-            chunk = rows[start : start + step]
-            conn.exec_driver_sql(self._statement(len(chunk)), tuple(chain.from_iterable(chunk)))
+        start, size = 0, SQLITE_MAX_ROWS_PER_STATEMENT
+        while start < len(rows):
+            while size > len(rows) - start:
+                size //= 2
+            chunk = rows[start : start + size]
+            conn.exec_driver_sql(self._statement(size), tuple(chain.from_iterable(chunk)))
+            start += size
 
     def _statement(self, n: int) -> str:
         sql = self._multi.get(n)
