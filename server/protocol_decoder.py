@@ -1,0 +1,108 @@
+"""A msgspec decoder for protocol v1, derived from the TypedDicts of server/protocol.py.
+
+server/protocol.py stays the one definition of the wire format (its JSON Schema is the
+public contract and the OpenAPI body). Ingest decodes every accepted body with msgspec, which
+builds the same plain dicts about twice as fast as pydantic-core (docs/performance.md), so the
+shapes are translated here, constraint by constraint, once at import. A constraint this module
+does not know how to translate fails the import: the two validators can never quietly drift
+apart. Rejected bodies are validated again by pydantic, whose error list names every bad field
+(server/ingest.py); tests/server/test_protocol_decoder.py holds the two to the same verdicts.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+import annotated_types
+import msgspec
+from pydantic.fields import FieldInfo
+from typing_extensions import NotRequired, TypedDict, is_typeddict
+
+from server.protocol import Batch
+
+# pydantic constraint (annotated_types) -> msgspec.Meta keyword.
+_CONSTRAINTS: dict[type, tuple[str, str]] = {
+    annotated_types.Ge: ("ge", "ge"),
+    annotated_types.Gt: ("gt", "gt"),
+    annotated_types.Le: ("le", "le"),
+    annotated_types.Lt: ("lt", "lt"),
+    annotated_types.MinLen: ("min_length", "min_length"),
+    annotated_types.MaxLen: ("max_length", "max_length"),
+}
+
+
+class UntranslatableConstraint(TypeError):
+    """protocol.py uses a constraint or type this module cannot carry over to msgspec."""
+
+
+def derive(tp: Any, _done: dict[type, type] | None = None) -> Any:
+    """The msgspec equivalent of a protocol type."""
+    done = {} if _done is None else _done
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        return Annotated[derive(base, done), _meta(extras)]
+    if origin in (Union, types.UnionType):
+        return Union[tuple(derive(a, done) for a in typing.get_args(tp))]
+    if origin is list:
+        return list[derive(typing.get_args(tp)[0], done)]
+    if origin is dict:
+        key, value = typing.get_args(tp)
+        return dict[derive(key, done), derive(value, done)]
+    if origin is Literal or tp in (int, float, str, bool, type(None)):
+        return tp
+    if is_typeddict(tp):
+        return _typeddict(tp, done)
+    raise UntranslatableConstraint(f"no msgspec translation for {tp!r}")
+
+
+def _typeddict(td: type, done: dict[type, type]) -> type:
+    if td not in done:
+        _check_config(td)
+        hints = typing.get_type_hints(td, include_extras=True)
+        fields = {}
+        for name, hint in hints.items():
+            # Under `from __future__ import annotations` the class's own key sets miss
+            # NotRequired (it hides in a string); the resolved hint still carries it.
+            optional = name in td.__optional_keys__ or typing.get_origin(hint) is NotRequired
+            if typing.get_origin(hint) is NotRequired:
+                hint = typing.get_args(hint)[0]
+            derived = derive(hint, done)
+            fields[name] = NotRequired[derived] if optional else derived
+        done[td] = TypedDict(td.__name__, fields)
+    return done[td]
+
+
+# msgspec's own behaviour: exact types (no "5" for 5), finite numbers only, unknown keys ignored.
+_MSGSPEC_SEMANTICS = {"strict": True, "allow_inf_nan": False, "extra": "ignore"}
+
+
+def _check_config(td: type) -> None:
+    config = getattr(td, "__pydantic_config__", {})
+    if any(config.get(k) != v for k, v in _MSGSPEC_SEMANTICS.items()):
+        raise UntranslatableConstraint(f"{td.__name__}: config {config} differs from msgspec's {_MSGSPEC_SEMANTICS}")
+
+
+def _meta(extras: list[Any]) -> msgspec.Meta:
+    kwargs: dict[str, Any] = {}
+    for extra in extras:
+        for constraint in extra.metadata if isinstance(extra, FieldInfo) else [extra]:
+            known = _CONSTRAINTS.get(type(constraint))
+            if known is None:
+                raise UntranslatableConstraint(f"no msgspec translation for constraint {constraint!r}")
+            attr, keyword = known
+            kwargs[keyword] = getattr(constraint, attr)
+        if isinstance(extra, FieldInfo) and _has_unhandled_options(extra):
+            raise UntranslatableConstraint(f"no msgspec translation for field options of {extra!r}")
+    return msgspec.Meta(**kwargs)
+
+
+def _has_unhandled_options(info: FieldInfo) -> bool:
+    # Constraints live in .metadata (handled above); anything that changes validation
+    # elsewhere (aliases, defaults, strictness overrides) would need its own translation.
+    return any(getattr(info, name, None) is not None for name in ("alias", "validation_alias"))
+
+
+BATCH_DECODER = msgspec.json.Decoder(derive(Batch))

@@ -1,0 +1,133 @@
+"""The msgspec decoder ingest runs (server/protocol_decoder.py) against the pydantic
+definition it is derived from: same verdict, same output, on the same bytes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Annotated, Any
+
+import msgspec
+import pytest
+from pydantic import ConfigDict, Field, ValidationError, with_config
+from typing_extensions import TypedDict
+
+from server.protocol import BATCH
+from server.protocol_decoder import BATCH_DECODER, UntranslatableConstraint, derive
+from tests.server.payloads import batch
+
+
+def _set(path: list[Any], value: Any):
+    def mutate(body: dict) -> dict:
+        body = copy.deepcopy(body)
+        target = body
+        for key in path[:-1]:
+            target = target[key]
+        if value is _DELETE:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+        return body
+
+    return mutate
+
+
+_DELETE = object()
+GPU0 = ["samples", 0, "gpus", 0]
+NIC0 = ["samples", 0, "nics", 0]
+
+ACCEPTED = {
+    "full": _set(["node"], "gpu-node-001"),
+    "int where float": _set([*GPU0, "temp_c"], 61),
+    "null metric": _set([*GPU0, "power_w"], None),
+    "absent optional metric": _set([*GPU0, "power_w"], _DELETE),
+    "no cluster": _set(["cluster"], _DELETE),
+    "no labels": _set(["labels"], _DELETE),
+    "null agent": _set(["agent"], None),
+    "partial agent": _set(["agent"], {"version": "1"}),
+    "unknown field": _set([*GPU0, "fan_speed_pct"], 40),
+    "unknown top-level field": _set(["future"], {"x": [1, 2]}),
+    "no gpus": _set(["samples", 0, "gpus"], _DELETE),
+    "lost gpu": _set([*GPU0, "lost"], True),
+    "xids": _set([*GPU0, "xids"], [{"xid": 79, "ts": 1764662400.5}]),
+    "counter at int64 max": _set([*GPU0, "nvlink_tx_bytes_total"], 2**63 - 1),
+    "unicode label": _set(["labels"], {"team": "données"}),
+    "temperature at bounds": _set([*GPU0, "temp_c"], 200.0),
+    "nic port 0": _set([*NIC0, "port"], 0),
+}
+
+REJECTED = {
+    "missing node": _set(["node"], _DELETE),
+    "empty node": _set(["node"], ""),
+    "wrong version": _set(["version"], 2),
+    "string version": _set(["version"], "1"),
+    "string temperature": _set([*GPU0, "temp_c"], "61"),
+    "bool where int": _set([*GPU0, "sm_clock_mhz"], True),
+    "float where int": _set([*GPU0, "sm_clock_mhz"], 1980.5),
+    "negative counter": _set([*GPU0, "pcie_replay_total"], -1),
+    "counter past int64": _set([*GPU0, "nvlink_tx_bytes_total"], 2**63),
+    "temperature too high": _set([*GPU0, "temp_c"], 200.5),
+    "percent over 100": _set([*GPU0, "util_gpu_pct"], 100.1),
+    "missing uuid": _set([*GPU0, "uuid"], _DELETE),
+    "index out of range": _set([*GPU0, "index"], 1024),
+    "long model": _set([*GPU0, "model"], "x" * 129),
+    "missing ts": _set(["samples", 0, "ts"], _DELETE),
+    "zero ts": _set(["samples", 0, "ts"], 0),
+    "samples not a list": _set(["samples"], {"ts": 1}),
+    "gpus null": _set(["samples", 0, "gpus"], None),
+    "xid not an object": _set([*GPU0, "xids"], [79]),
+    "empty label key": _set(["labels"], {"": "x"}),
+    "long label key": _set(["labels"], {"k" * 64: "x"}),
+    "label value not a string": _set(["labels"], {"rack": 12}),
+    "nic port too big": _set([*NIC0, "port"], 256),
+    "nic missing device": _set([*NIC0, "device"], _DELETE),
+    "lost not a bool": _set([*GPU0, "lost"], 1),
+}
+
+
+@pytest.mark.parametrize("mutate", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_accepted_bodies_decode_to_what_pydantic_builds(mutate):
+    raw = json.dumps(mutate(batch(samples=2, gpus=2))).encode()
+    assert BATCH_DECODER.decode(raw) == BATCH.validate_json(raw)
+
+
+@pytest.mark.parametrize("mutate", REJECTED.values(), ids=REJECTED.keys())
+def test_rejected_bodies_are_rejected_by_both(mutate):
+    raw = json.dumps(mutate(batch(samples=2, gpus=2))).encode()
+    with pytest.raises(ValidationError):
+        BATCH.validate_json(raw)
+    with pytest.raises(msgspec.ValidationError):
+        BATCH_DECODER.decode(raw)
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"version": 1, "node": "n", "samples": [{"ts": NaN}]}',
+                                 b'{"version": 1, "node": "n", "samples": [{"ts": 1e400}]}', b'{"version": 1} trailing'])
+def test_malformed_or_non_finite_json_is_rejected_by_both(raw):
+    with pytest.raises(ValidationError):
+        BATCH.validate_json(raw)
+    with pytest.raises(msgspec.MsgspecError):
+        BATCH_DECODER.decode(raw)
+
+
+_wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore"))
+
+
+@_wire
+class _Patterned(TypedDict):
+    name: Annotated[str, Field(pattern="^[a-z]+$")]
+
+
+@_wire
+class _Multiple(TypedDict):
+    n: Annotated[int, Field(multiple_of=2)]
+
+
+@with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="forbid"))
+class _Forbidding(TypedDict):
+    n: int
+
+
+@pytest.mark.parametrize("shape", [_Patterned, _Multiple, _Forbidding, set[int]])
+def test_a_rule_msgspec_cannot_express_fails_loudly(shape):
+    with pytest.raises(UntranslatableConstraint):
+        derive(shape)
