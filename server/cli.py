@@ -82,10 +82,34 @@ def _run_server(args: argparse.Namespace) -> int:
     migrate.upgrade(engine)
     engine.dispose()
     os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false"})
+    writer = _start_writer_process(settings)
+    try:
+        return _supervise_workers(settings, common, writer)
+    finally:
+        if writer is not None:
+            writer.stop()
+
+
+def _start_writer_process(settings: Settings):
+    """On SQLite one process writes for all workers (server/store/writer_service.py)."""
+    if not settings.is_sqlite:
+        return None
+    from server.store.writer_service import WriterProcess
+
+    writer = WriterProcess(settings.database_url, group_max=settings.ingest_group_max_bodies)
+    writer.start()
+    logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
+    os.environ.update(writer.worker_env)
+    return writer
+
+
+def _supervise_workers(settings: Settings, common: dict, writer) -> int:
     import multiprocessing
     import signal
     import socket
     import threading
+
+    import uvicorn
 
     if not hasattr(socket, "SO_REUSEPORT"):
         uvicorn.run("server.app:create_app_from_env", factory=True, workers=settings.workers, **common)
@@ -118,6 +142,10 @@ def _run_server(args: argparse.Namespace) -> int:
     workers = [start_worker() for _ in range(settings.workers)]
     failed = False
     while not stopping.wait(0.5):
+        if writer is not None and not writer.alive():
+            logging.getLogger("uvicorn.error").warning("ingest writer process died; starting another")
+            writer.start()
+            logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
         for i, worker in enumerate(workers):
             if worker.is_alive():
                 continue

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from server.errors import ApiError, pydantic_details
 from server.protocol import BATCH, Batch
 from server.protocol_decoder import BATCH_DECODER
+from server.store.samples import UnresolvedBatch, unresolved_rows
 
 
 def content_is_gzip(content_encoding: str | None) -> bool:
@@ -30,6 +31,11 @@ async def read_body(chunks: AsyncIterator[bytes], *, content_length: str | None,
         if len(raw) > limit:
             raise _too_large(limit)
     return bytes(raw)
+
+
+def decode_rows(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> UnresolvedBatch:
+    """decode_batch, then the batch as rows for a writer."""
+    return unresolved_rows(decode_batch(raw, gzipped=gzipped, limit=limit, now=now, max_future_skew_s=max_future_skew_s))
 
 
 def decode_batch(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> Batch:

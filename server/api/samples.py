@@ -7,10 +7,10 @@ import functools
 import time
 
 from fastapi import APIRouter, Request, Response
-from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
-
 from server.errors import ApiError
-from server.ingest import content_is_gzip, decode_batch, read_body
+from server.ingest import content_is_gzip, decode_rows, read_body
+from server.store.engine import database_unavailable
+from server.store.writer_service import WriterUnavailable
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
@@ -31,7 +31,7 @@ async def post_samples(request: Request) -> Response:
     gzipped = content_is_gzip(request.headers.get("content-encoding"))
     raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=settings.max_body_bytes)
     decode = functools.partial(
-        decode_batch, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s
+        decode_rows, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s
     )
     try:
         accepted = await asyncio.wrap_future(writer.submit(decode))
@@ -46,6 +46,4 @@ async def post_samples(request: Request) -> Response:
 
 
 def _database_unavailable(exc: Exception) -> bool:
-    if isinstance(exc, (OperationalError, PoolTimeoutError)):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    return isinstance(exc, WriterUnavailable) or database_unavailable(exc)

@@ -27,6 +27,7 @@ class BulkInsert:
         self._row = "(" + ", ".join(placeholder for _ in table.columns) + ")"
         self._single = self._head + self._row + self._tail
         self._multi: dict[int, str] = {}
+        self.width = len(table.columns)
 
     def execute(self, conn: Connection, rows: list[tuple]) -> None:
         """Insert rows, skipping any whose primary key is already stored (idempotent re-sends)."""
@@ -41,6 +42,21 @@ class BulkInsert:
                 size //= 2
             chunk = rows[start : start + size]
             conn.exec_driver_sql(self._statement(size), tuple(chain.from_iterable(chunk)))
+            start += size
+
+    def execute_flat(self, conn: Connection, flat: list) -> None:
+        """execute() for rows laid end to end in one list, `width` values each."""
+        if not flat:
+            return
+        width = self.width
+        if self.dialect_name != "sqlite":
+            conn.exec_driver_sql(self._single, list(zip(*[iter(flat)] * width)))
+            return
+        rows, start, size = len(flat) // width, 0, SQLITE_MAX_ROWS_PER_STATEMENT
+        while start < rows:
+            while size > rows - start:
+                size //= 2
+            conn.exec_driver_sql(self._statement(size), tuple(flat[start * width : (start + size) * width]))
             start += size
 
     def _statement(self, n: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
 
 
 def make_engine(database_url: str) -> Engine:
@@ -30,3 +31,11 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     # written; mapped pages are re-read without a system call and a copy each.
     cursor.execute("PRAGMA mmap_size=268435456")
     cursor.close()
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether a failed write is the database's state (down, locked, pool exhausted) rather
+    than the batch's fault: the agent should send it again later."""
+    if isinstance(exc, (OperationalError, PoolTimeoutError)):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated

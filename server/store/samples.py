@@ -1,4 +1,5 @@
-"""One validated Batch as rows (prepare), then a group of batches' rows in bulk (insert)."""
+"""One validated Batch as rows: first keyed by its own GPUs and NICs (unresolved_rows), then
+by database ids (prepare); a group of batches' rows in bulk (insert)."""
 
 from __future__ import annotations
 
@@ -38,40 +39,21 @@ class SampleWriter:
 
         self.log_batch = insert(schema.IngestLog)
 
-    def prepare(self, ids: IdResolver, batch: Batch) -> PreparedBatch:
-        """Rows for a batch. With an offline resolver this runs outside the transaction and
-        raises CacheMiss when a node, GPU or NIC is new."""
-        samples = batch["samples"]
-        stamps = [s["ts"] for s in samples] or [0.0]
-        node_id = ids.node_id(cluster=batch.get("cluster", DEFAULT_CLUSTER), name=batch["node"], seen=min(stamps))
-        gpu_rows, nic_rows, xid_rows = [], [], []
-        # Every sample of a batch names the same GPUs and NICs: ask the resolver once per GPU
-        # (again only if its slot or model changes within the batch) and once per NIC.
-        gpu_ids: dict[str, tuple[tuple, int]] = {}
-        nic_ids: dict[tuple[str, int], int] = {}
-        for sample in samples:
-            ts = sample["ts"]
-            for gpu in sample.get("gpus", ()):
-                get = gpu.get
-                uuid, identity = gpu["uuid"], (gpu["index"], get("model"), get("pci_bus_id"))
-                known = gpu_ids.get(uuid)
-                if known is None or known[0] != identity:
-                    index, model, pci_bus_id = identity
-                    known = gpu_ids[uuid] = (identity, ids.gpu_id(node_id=node_id, uuid=uuid, index=index, model=model, pci_bus_id=pci_bus_id, seen=ts))
-                gpu_id = known[1]
-                gpu_rows.append((gpu_id, ts, get("lost", False), *map(get, _GPU_READINGS)))
-                xids = get("xids")
-                if xids:
-                    xid_rows.extend([(gpu_id, x["xid"], x["ts"]) for x in xids])
-            for nic in sample.get("nics", ()):
-                key = (nic["device"], nic["port"])
-                nic_id = nic_ids.get(key)
-                if nic_id is None:
-                    nic_id = nic_ids[key] = ids.nic_id(node_id=node_id, device=key[0], port=key[1], seen=ts)
-                nic_rows.append((nic_id, ts, *map(nic.get, NIC_METRICS)))
-        touch = {"node_id": node_id, "seen": max(stamps), "labels": batch.get("labels", {}), "agent": batch.get("agent")}
-        logged = {"node_id": node_id, "min_ts": min(stamps), "max_ts": max(stamps), "samples": len(samples)}
-        return PreparedBatch(len(samples), touch, logged, gpu_rows, nic_rows, xid_rows)
+    def prepare(self, ids: IdResolver, batch: UnresolvedBatch) -> PreparedBatch:
+        """Rows with database ids. With an offline resolver this runs outside the transaction
+        and raises CacheMiss when a node, GPU or NIC is new."""
+        node_id = ids.node_id(cluster=batch.cluster, name=batch.node, seen=batch.min_ts)
+        gpu_ids = [ids.gpu_id(node_id=node_id, uuid=uuid, index=index, model=model, pci_bus_id=pci_bus_id, seen=seen)
+                   for uuid, index, model, pci_bus_id, seen in batch.gpus]
+        nic_ids = [ids.nic_id(node_id=node_id, device=device, port=port, seen=seen) for device, port, seen in batch.nics]
+        touch = {"node_id": node_id, "seen": batch.max_ts, "labels": batch.labels, "agent": batch.agent}
+        logged = {"node_id": node_id, "min_ts": batch.min_ts, "max_ts": batch.max_ts, "samples": batch.samples}
+        return PreparedBatch(
+            batch.samples, touch, logged,
+            _with_ids(batch.gpu_rows, gpu_ids, self.gpu_insert.width),
+            _with_ids(batch.nic_rows, nic_ids, self.nic_insert.width),
+            [(gpu_ids[local], xid, ts) for local, xid, ts in batch.xid_rows],
+        )
 
     def insert(self, conn: Connection, batches: list[PreparedBatch]) -> None:
         """All rows of a group commit: one bulk insert per table, not per batch, so the write
@@ -79,8 +61,8 @@ class SampleWriter:
         batches = [b for b in batches if b.samples]
         if not batches:
             return
-        self.gpu_insert.execute(conn, list(chain.from_iterable(b.gpu_rows for b in batches)))
-        self.nic_insert.execute(conn, list(chain.from_iterable(b.nic_rows for b in batches)))
+        self.gpu_insert.execute_flat(conn, list(chain.from_iterable(b.gpu_rows for b in batches)))
+        self.nic_insert.execute_flat(conn, list(chain.from_iterable(b.nic_rows for b in batches)))
         self.xid_insert.execute(conn, list(chain.from_iterable(b.xid_rows for b in batches)))
         conn.execute(self.touch_node, [b.touch for b in batches])
         # In the same transaction: the detector learns of exactly the batches committed.
@@ -88,10 +70,73 @@ class SampleWriter:
         conn.execute(self.log_batch, [b.logged | {"committed_at": committed_at} for b in batches])
 
 
+def _with_ids(flat: list, ids: list[int], width: int) -> list:
+    """Rows laid end to end, each starting with its position in the batch's GPUs (NICs): the
+    same rows with database ids there. Column slices instead of one new tuple per row."""
+    flat = list(flat)
+    flat[0::width] = [ids[local] for local in flat[0::width]]
+    return flat
+
+
+def unresolved_rows(batch: Batch) -> UnresolvedBatch:
+    """A validated batch as rows keyed by the batch's own GPUs and NICs (their position in
+    `gpus` / `nics`), not yet by database ids: what a writer, in this process or in the
+    writer process (writer_service.py), turns into rows to insert."""
+    samples = batch["samples"]
+    stamps = [s["ts"] for s in samples] or [0.0]
+    gpus: dict[tuple, int] = {}  # (uuid, index, model, pci_bus_id) -> position
+    nics: dict[tuple[str, int], int] = {}
+    gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows = [], [], [], [], []
+    for sample in samples:
+        ts = sample["ts"]
+        for gpu in sample.get("gpus", ()):
+            get = gpu.get
+            # A GPU whose slot or model changes within the batch gets a second identity; the
+            # writer resolves them in order, so the latest one is what the database keeps.
+            identity = (gpu["uuid"], gpu["index"], get("model"), get("pci_bus_id"))
+            local = gpus.get(identity)
+            if local is None:
+                local = gpus[identity] = len(gpu_identities)
+                gpu_identities.append((*identity, ts))
+            gpu_rows += (local, ts, get("lost", False), *map(get, _GPU_READINGS))
+            xids = get("xids")
+            if xids:
+                xid_rows.extend([(local, x["xid"], x["ts"]) for x in xids])
+        for nic in sample.get("nics", ()):
+            key = (nic["device"], nic["port"])
+            local = nics.get(key)
+            if local is None:
+                local = nics[key] = len(nic_identities)
+                nic_identities.append((*key, ts))
+            nic_rows += (local, ts, *map(nic.get, NIC_METRICS))
+    return UnresolvedBatch(
+        len(samples), batch.get("cluster", DEFAULT_CLUSTER), batch["node"], batch.get("labels", {}), batch.get("agent"),
+        min(stamps), max(stamps), gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows,
+    )
+
+
+class UnresolvedBatch(NamedTuple):
+    samples: int
+    cluster: str
+    node: str
+    labels: dict[str, str]
+    agent: dict[str, Any] | None
+    min_ts: float
+    max_ts: float
+    gpus: list[tuple]  # (uuid, index, model, pci_bus_id, first ts), in order of first appearance
+    nics: list[tuple]  # (device, port, first ts)
+    # Rows laid end to end in one list, gpu_samples (nic_samples) columns in table order, the
+    # first holding the position in gpus (nics): cheap to send to the writer process and to
+    # bind, and ids go in by slice.
+    gpu_rows: list  # position in gpus, ts, lost, readings... (repeated)
+    nic_rows: list  # position in nics, ts, readings... (repeated)
+    xid_rows: list[tuple]  # (position in gpus, xid, ts)
+
+
 class PreparedBatch(NamedTuple):
     samples: int
     touch: dict[str, Any]
     logged: dict[str, Any]
-    gpu_rows: list[tuple]
-    nic_rows: list[tuple]
+    gpu_rows: list  # flat, as in UnresolvedBatch, with database ids
+    nic_rows: list
     xid_rows: list[tuple]

@@ -1,6 +1,7 @@
 """The ingest writer: request handlers hand it work and wait for the commit.
 
-A job carries a `decode` callable (gunzip + validate) that runs here, on the writer thread,
+A job carries a `decode` callable (gunzip + validate + rows keyed by the batch's own GPUs and
+NICs, server/store/samples.py unresolved_rows) that runs here, on the writer thread,
 not on the event loop: the writer needs the GIL back after each SQLite statement, and a long
 decode on another thread of the process makes it wait while it holds the write turn (decoding
 in the handler measured ~13% slower with two workers, no faster with one).
@@ -23,9 +24,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from server.protocol import Batch
 from server.store.ids import IdCache, IdResolver
-from server.store.samples import PreparedBatch, SampleWriter
+from server.store.samples import PreparedBatch, SampleWriter, UnresolvedBatch
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,9 @@ _TURN_POLL_S = 0.0005
 
 @dataclass
 class _Job:
-    decode: Callable[[], Batch]
+    decode: Callable[[], UnresolvedBatch]
     done: Future
-    batch: Batch | None = None
+    batch: UnresolvedBatch | None = None
     prepared: PreparedBatch | None = None  # None: a node, GPU or NIC is new; built in the transaction
 
 
@@ -76,7 +76,7 @@ class IngestWriter:
         self._turn.close()
         gc.unfreeze()  # what was frozen and has since become garbage can be collected again
 
-    def submit(self, decode: Callable[[], Batch]) -> Future:
+    def submit(self, decode: Callable[[], UnresolvedBatch]) -> Future:
         """Queue a batch; the future gives the number of samples committed, or raises what
         decode() or the database raised."""
         done: Future = Future()
@@ -163,7 +163,7 @@ class IngestWriter:
         return counts
 
     def _fail(self, job: _Job, exc: Exception) -> None:
-        log.warning("ingest batch from node %s failed: %s", job.batch["node"], exc)
+        log.warning("ingest batch from node %s failed: %s", job.batch.node, exc)
         with self._ids_lock:
             self.failed_batches += 1
         job.done.set_exception(exc)
