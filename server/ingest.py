@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from server.errors import ApiError, pydantic_details
 from server.protocol import BATCH, Batch
-from server.protocol_decoder import BATCH_DECODER
+from server.protocol_decoder import BATCH_STRUCT_DECODER
 from server.store.samples import UnresolvedBatch, unresolved_rows
 
 
@@ -65,12 +65,12 @@ def parse_batch(body: bytes, *, now: float, max_future_skew_s: float) -> Batch:
     if not body:
         raise ApiError(400, "empty body: expected a JSON object", loc=["body"], type="empty_body")
     try:
-        batch = BATCH_DECODER.decode(body)
+        batch = BATCH_STRUCT_DECODER.decode(body)
     except msgspec.MsgspecError as exc:
         raise _rejection(body, exc) from None
     horizon = now + max_future_skew_s
-    for i, sample in enumerate(batch["samples"]):
-        ts = sample["ts"]
+    for i, sample in enumerate(batch.samples):
+        ts = sample.ts
         if ts > horizon:
             raise ApiError(
                 422,

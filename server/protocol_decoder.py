@@ -20,7 +20,10 @@ import msgspec
 from pydantic.fields import FieldInfo
 from typing_extensions import NotRequired, TypedDict, is_typeddict
 
-from server.protocol import Batch
+from server.protocol import DEFAULT_CLUSTER, Batch
+
+# Absent keys that mean something other than null ([] and {} come from the key's type).
+STRUCT_DEFAULTS: dict[str, Any] = {"lost": False, "cluster": DEFAULT_CLUSTER}
 
 # pydantic constraint (annotated_types) -> msgspec.Meta keyword.
 _CONSTRAINTS: dict[type, tuple[str, str]] = {
@@ -37,42 +40,82 @@ class UntranslatableConstraint(TypeError):
     """protocol.py uses a constraint or type this module cannot carry over to msgspec."""
 
 
-def derive(tp: Any, _done: dict[type, type] | None = None) -> Any:
-    """The msgspec equivalent of a protocol type."""
+def derive(tp: Any, _done: dict[type, type] | None = None, *, structs: bool = False) -> Any:
+    """The msgspec equivalent of a protocol type: TypedDicts stay dicts, or with structs=True
+    become msgspec Structs (attribute access, absent keys at their defaults, never tracked by
+    the cyclic GC), except those whose every key is optional, which are stored whole as JSON."""
     done = {} if _done is None else _done
     origin = typing.get_origin(tp)
     if origin is Annotated:
         base, *extras = typing.get_args(tp)
-        return Annotated[derive(base, done), _meta(extras)]
+        return Annotated[derive(base, done, structs=structs), _meta(extras)]
     if origin in (Union, types.UnionType):
-        return Union[tuple(derive(a, done) for a in typing.get_args(tp))]
+        return Union[tuple(derive(a, done, structs=structs) for a in typing.get_args(tp))]
     if origin is list:
-        return list[derive(typing.get_args(tp)[0], done)]
+        return list[derive(typing.get_args(tp)[0], done, structs=structs)]
     if origin is dict:
         key, value = typing.get_args(tp)
-        return dict[derive(key, done), derive(value, done)]
+        return dict[derive(key, done, structs=structs), derive(value, done, structs=structs)]
     if origin is Literal or tp in (int, float, str, bool, type(None)):
         return tp
     if is_typeddict(tp):
-        return _typeddict(tp, done)
+        if structs and td_has_required_keys(tp):
+            return _struct(tp, done)
+        return _typeddict(tp, done, structs=structs)
     raise UntranslatableConstraint(f"no msgspec translation for {tp!r}")
 
 
-def _typeddict(td: type, done: dict[type, type]) -> type:
-    if td not in done:
-        _check_config(td)
-        hints = typing.get_type_hints(td, include_extras=True)
-        fields = {}
-        for name, hint in hints.items():
-            # Under `from __future__ import annotations` the class's own key sets miss
-            # NotRequired (it hides in a string); the resolved hint still carries it.
-            optional = name in td.__optional_keys__ or typing.get_origin(hint) is NotRequired
-            if typing.get_origin(hint) is NotRequired:
-                hint = typing.get_args(hint)[0]
-            derived = derive(hint, done)
-            fields[name] = NotRequired[derived] if optional else derived
-        done[td] = TypedDict(td.__name__, fields)
-    return done[td]
+def td_has_required_keys(td: type) -> bool:
+    # total=False: every key optional (AgentInfo), a record stored whole as JSON.
+    return td.__total__
+
+
+def _hints(td: type) -> dict[str, Any]:
+    return typing.get_type_hints(td, include_extras=True)
+
+
+def _fields(td: type, done: dict[type, type], structs: bool) -> list[tuple[str, Any, bool]]:
+    """(name, msgspec type, optional) per key of a protocol TypedDict."""
+    _check_config(td)
+    out = []
+    for name, hint in _hints(td).items():
+        # Under `from __future__ import annotations` the class's own key sets miss
+        # NotRequired (it hides in a string); the resolved hint still carries it.
+        optional = name in td.__optional_keys__ or typing.get_origin(hint) is NotRequired
+        if typing.get_origin(hint) is NotRequired:
+            hint = typing.get_args(hint)[0]
+        out.append((name, derive(hint, done, structs=structs), optional))
+    return out
+
+
+def _struct(td: type, done: dict[type, type]) -> type:
+    key = ("struct", td)
+    if key not in done:
+        fields = []
+        for name, derived, optional in _fields(td, done, True):
+            fields.append((name, derived, _default(name, derived)) if optional else (name, derived))
+        done[key] = msgspec.defstruct(td.__name__, fields, kw_only=True, gc=False)
+    return done[key]
+
+
+def _default(name: str, derived: Any) -> Any:
+    """What an absent optional key means (the defaults protocol.py names in its comments)."""
+    if name in STRUCT_DEFAULTS:
+        return STRUCT_DEFAULTS[name]
+    origin = typing.get_origin(derived)
+    if origin is Annotated:
+        origin = typing.get_origin(typing.get_args(derived)[0])
+    if origin in (list, dict):
+        return msgspec.field(default_factory=origin)
+    return None
+
+
+def _typeddict(td: type, done: dict[type, type], *, structs: bool = False) -> type:
+    key = ("dict", td, structs)
+    if key not in done:
+        fields = {name: NotRequired[derived] if optional else derived for name, derived, optional in _fields(td, done, structs)}
+        done[key] = TypedDict(td.__name__, fields)
+    return done[key]
 
 
 # msgspec's own behaviour: exact types (no "5" for 5), finite numbers only, unknown keys ignored.
@@ -105,4 +148,5 @@ def _has_unhandled_options(info: FieldInfo) -> bool:
     return any(getattr(info, name, None) is not None for name in ("alias", "validation_alias"))
 
 
-BATCH_DECODER = msgspec.json.Decoder(derive(Batch))
+BATCH_DECODER = msgspec.json.Decoder(derive(Batch))  # plain dicts, as pydantic builds them
+BATCH_STRUCT_DECODER = msgspec.json.Decoder(derive(Batch, structs=True))  # what ingest uses

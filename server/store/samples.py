@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import time
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bindparam, func, insert, update
 
-from server.protocol import DEFAULT_CLUSTER, GPU_METRICS, NIC_METRICS, Batch
+from server.protocol import GPU_METRICS, NIC_METRICS
 from server.store import schema
 from server.store.bulk_insert import BulkInsert
 from server.store.ids import IdResolver
 
-# `lost` defaults to False, not NULL: it is a flag, not a reading.
-_GPU_READINGS = tuple(m for m in GPU_METRICS if m != "lost")
+# `lost` defaults to False, not NULL (server/protocol_decoder.py): a flag, not a reading.
 assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
 
 # The XID id is assigned by the database; the insert names only the natural key.
@@ -78,41 +78,46 @@ def _with_ids(flat: list, ids: list[int], width: int) -> list:
     return flat
 
 
-def unresolved_rows(batch: Batch) -> UnresolvedBatch:
-    """A validated batch as rows keyed by the batch's own GPUs and NICs (their position in
-    `gpus` / `nics`), not yet by database ids: what a writer, in this process or in the
-    writer process (writer_service.py), turns into rows to insert."""
-    samples = batch["samples"]
-    stamps = [s["ts"] for s in samples] or [0.0]
+def unresolved_rows(batch: Any) -> UnresolvedBatch:
+    """A validated batch (msgspec Structs, server/protocol_decoder.py) as rows keyed by the
+    batch's own GPUs and NICs (their position in `gpus` / `nics`), not yet by database ids:
+    what a writer, in this process or in the writer process (writer_service.py), turns into
+    rows to insert."""
+    samples = batch.samples
+    stamps = [s.ts for s in samples] or [0.0]
     gpus: dict[tuple, int] = {}  # (uuid, index, model, pci_bus_id) -> position
     nics: dict[tuple[str, int], int] = {}
     gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows = [], [], [], [], []
     for sample in samples:
-        ts = sample["ts"]
-        for gpu in sample.get("gpus", ()):
-            get = gpu.get
+        ts = sample.ts
+        for gpu in sample.gpus:
             # A GPU whose slot or model changes within the batch gets a second identity; the
             # writer resolves them in order, so the latest one is what the database keeps.
-            identity = (gpu["uuid"], gpu["index"], get("model"), get("pci_bus_id"))
+            identity = _gpu_identity(gpu)
             local = gpus.get(identity)
             if local is None:
                 local = gpus[identity] = len(gpu_identities)
                 gpu_identities.append((*identity, ts))
-            gpu_rows += (local, ts, get("lost", False), *map(get, _GPU_READINGS))
-            xids = get("xids")
-            if xids:
-                xid_rows.extend([(local, x["xid"], x["ts"]) for x in xids])
-        for nic in sample.get("nics", ()):
-            key = (nic["device"], nic["port"])
+            gpu_rows += (local, ts, *_gpu_readings(gpu))
+            if gpu.xids:
+                xid_rows.extend([(local, x.xid, x.ts) for x in gpu.xids])
+        for nic in sample.nics:
+            key = (nic.device, nic.port)
             local = nics.get(key)
             if local is None:
                 local = nics[key] = len(nic_identities)
                 nic_identities.append((*key, ts))
-            nic_rows += (local, ts, *map(nic.get, NIC_METRICS))
+            nic_rows += (local, ts, *_nic_readings(nic))
     return UnresolvedBatch(
-        len(samples), batch.get("cluster", DEFAULT_CLUSTER), batch["node"], batch.get("labels", {}), batch.get("agent"),
+        len(samples), batch.cluster, batch.node, batch.labels, batch.agent,
         min(stamps), max(stamps), gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows,
     )
+
+
+# One C call per GPU (NIC) for all its readings, in gpu_samples (nic_samples) column order.
+_gpu_identity = attrgetter("uuid", "index", "model", "pci_bus_id")
+_gpu_readings = attrgetter(*GPU_METRICS)
+_nic_readings = attrgetter(*NIC_METRICS)
 
 
 class UnresolvedBatch(NamedTuple):

@@ -13,7 +13,8 @@ from pydantic import ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from server.protocol import BATCH
-from server.protocol_decoder import BATCH_DECODER, UntranslatableConstraint, derive
+from server.protocol import DEFAULT_CLUSTER
+from server.protocol_decoder import BATCH_DECODER, BATCH_STRUCT_DECODER, UntranslatableConstraint, derive
 from tests.server.payloads import batch
 
 
@@ -91,6 +92,28 @@ def test_accepted_bodies_decode_to_what_pydantic_builds(mutate):
     assert BATCH_DECODER.decode(raw) == BATCH.validate_json(raw)
 
 
+@pytest.mark.parametrize("mutate", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_accepted_bodies_decode_to_structs_holding_the_same_values(mutate):
+    raw = json.dumps(mutate(batch(samples=2, gpus=2))).encode()
+    _assert_same(BATCH_STRUCT_DECODER.decode(raw), BATCH.validate_json(raw))
+
+
+# What an absent key reads as on a Struct (protocol.py names these defaults).
+_ABSENT = {"lost": False, "cluster": DEFAULT_CLUSTER, "xids": [], "gpus": [], "nics": [], "labels": {}}
+
+
+def _assert_same(struct, plain: dict, path: str = "$") -> None:
+    for name in struct.__struct_fields__:
+        got = getattr(struct, name)
+        want = plain.get(name, _ABSENT.get(name))
+        if isinstance(got, list) and got and isinstance(got[0], msgspec.Struct):
+            assert len(got) == len(want), f"{path}.{name}"
+            for i, (g, w) in enumerate(zip(got, want)):
+                _assert_same(g, w, f"{path}.{name}[{i}]")
+        else:
+            assert got == want, f"{path}.{name}: {got!r} != {want!r}"
+
+
 @pytest.mark.parametrize("mutate", REJECTED.values(), ids=REJECTED.keys())
 def test_rejected_bodies_are_rejected_by_both(mutate):
     raw = json.dumps(mutate(batch(samples=2, gpus=2))).encode()
@@ -98,6 +121,8 @@ def test_rejected_bodies_are_rejected_by_both(mutate):
         BATCH.validate_json(raw)
     with pytest.raises(msgspec.ValidationError):
         BATCH_DECODER.decode(raw)
+    with pytest.raises(msgspec.ValidationError):
+        BATCH_STRUCT_DECODER.decode(raw)
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"version": 1, "node": "n", "samples": [{"ts": NaN}]}',
@@ -107,6 +132,8 @@ def test_malformed_or_non_finite_json_is_rejected_by_both(raw):
         BATCH.validate_json(raw)
     with pytest.raises(msgspec.MsgspecError):
         BATCH_DECODER.decode(raw)
+    with pytest.raises(msgspec.MsgspecError):
+        BATCH_STRUCT_DECODER.decode(raw)
 
 
 _wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore"))
@@ -131,3 +158,5 @@ class _Forbidding(TypedDict):
 def test_a_rule_msgspec_cannot_express_fails_loudly(shape):
     with pytest.raises(UntranslatableConstraint):
         derive(shape)
+    with pytest.raises(UntranslatableConstraint):
+        derive(shape, structs=True)
