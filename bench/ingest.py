@@ -8,6 +8,12 @@ transaction per body. Prints the ratio.
 
     python bench/ingest.py                      # SQLite
     python bench/ingest.py --database-url postgresql://postgres@127.0.0.1:5432/bench
+    python bench/ingest.py --database-url postgresql://postgres@127.0.0.1:5432/bench --replicas 2
+
+--replicas N runs N separate collector processes (`laggard server`, as N pods or hosts would) on
+one database, the clients spread over them. On PostgreSQL the run also reports the storage the
+sample tables take per GPU-sample (pg_total_relation_size over every partition, indexes and
+TOAST included) after the whole run.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--nics", type=int, default=8, help="IB ports per node in each sample")
     p.add_argument("--workers", type=int, default=1, help="collector worker processes")
+    p.add_argument("--replicas", type=int, default=1, help="separate collector processes (each with --workers workers)")
     p.add_argument("--with-detection", action="store_true",
                    help="keep the detector running in the collector (by default it is off: this measures ingest)")
     p.add_argument("--database-url", default=None, help="default: a fresh SQLite file in a temp dir")
@@ -55,7 +62,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             url = args.database_url and _fresh_pg(args.database_url, f"e2e{r}") or f"sqlite:///{tmp}/e2e.db"
             rate, lat = run_end_to_end(bodies, url, clients=args.clients, workers=args.workers, gpu_samples=gpu_samples,
-                                       detection=args.with_detection)
+                                       detection=args.with_detection, replicas=args.replicas)
+            if args.database_url:
+                _report_size(url, gpu_samples)
             e2e.append(rate)
             p50s.append(lat[0])
             p99s.append(lat[1])
@@ -74,43 +83,50 @@ def _gpu_samples(body: bytes) -> int:
     return sum(len(s["gpus"]) for s in json.loads(gzip.decompress(body))["samples"])
 
 
-def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, workers: int, gpu_samples: int, detection: bool) -> tuple[float, tuple[float, float]]:
-    port = _free_port()
-    env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers),
-                        "LAGGARD_DETECTION_ENABLED": "true" if detection else "false"}
-    server = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env)
+def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, workers: int, gpu_samples: int, detection: bool,
+                   replicas: int = 1) -> tuple[float, tuple[float, float]]:
+    ports = [_free_port() for _ in range(replicas)]
+    servers = []
+    for port in ports:
+        env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers),
+                            "LAGGARD_DETECTION_ENABLED": "true" if detection else "false"}
+        servers.append(subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env))
     try:
-        _wait_ready(port)
+        for port in ports:
+            _wait_ready(port)
         # Warm-up: register the fleet's nodes and GPUs so the timed part measures steady state.
         latencies: list[float] = []
-        _post_all(bodies[: min(len(bodies), 64)], port, clients, [])
+        _post_all(bodies[: min(len(bodies), 64)], ports, clients, [])
         timed = bodies[64:] if len(bodies) > 128 else bodies
         timed_samples = gpu_samples * len(timed) // len(bodies)
-        per_process0 = {p: _cpu_seconds_of(p) for p in [server.pid, *_children(server.pid)]}
-        server_cpu0, client_cpu0 = _cpu_seconds(server.pid), time.process_time()
+        pids = [p for server in servers for p in [server.pid, *_children(server.pid)]]
+        per_process0 = {p: _cpu_seconds_of(p) for p in pids}
+        server_cpu0, client_cpu0 = sum(_cpu_seconds(s.pid) for s in servers), time.process_time()
         start = time.perf_counter()
-        _post_all(timed, port, clients, latencies)
+        _post_all(timed, ports, clients, latencies)
         elapsed = time.perf_counter() - start
-        server_cpu = (_cpu_seconds(server.pid) - server_cpu0) / elapsed
+        server_cpu = (sum(_cpu_seconds(s.pid) for s in servers) - server_cpu0) / elapsed
         client_cpu = (time.process_time() - client_cpu0) / elapsed
         per_process = [(_cpu_seconds_of(p) - c0) / elapsed for p, c0 in per_process0.items()]
         print(f"  cpu during the timed part: collector {server_cpu:.2f} cores "
               f"({' + '.join(f'{c:.2f}' for c in per_process)} by process), load generator {client_cpu:.2f} cores")
     finally:
-        server.terminate()
-        server.wait(30)
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(30)
     latencies.sort()
     p50 = latencies[len(latencies) // 2] * 1000
     p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
     return timed_samples / elapsed, (p50, p99)
 
 
-def _post_all(bodies: list[bytes], port: int, clients: int, latencies: list[float]) -> None:
+def _post_all(bodies: list[bytes], ports: list[int], clients: int, latencies: list[float]) -> None:
     work = iter(bodies)
     lock = threading.Lock()
     errors: list[str] = []
 
-    def client() -> None:
+    def client(port: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
         while True:
@@ -129,7 +145,7 @@ def _post_all(bodies: list[bytes], port: int, clients: int, latencies: list[floa
                 latencies.append(dt)
         conn.close()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(ports[i % len(ports)],)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -245,6 +261,25 @@ def _wait_ready(port: int) -> None:
         except OSError:
             time.sleep(0.1)
     raise SystemExit("collector did not become ready")
+
+
+# A partitioned table's own size is 0: sum its partitions (pg_partition_tree lists nothing for a plain table).
+_SIZE_SQL = ("SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = %(t)s::regclass) "
+             "THEN (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s::regclass)) "
+             "ELSE pg_total_relation_size(%(t)s::regclass) END")
+
+
+def _report_size(database_url: str, gpu_samples: int) -> None:
+    """Bytes the sample tables take per stored GPU-sample (its node's NIC samples included)."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        sizes = {t: conn.execute(_SIZE_SQL, {"t": t}).fetchone()[0] for t in ("gpu_samples", "nic_samples")}
+        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sizes}
+    per_gpu_sample = sum(sizes.values()) / rows["gpu_samples"]
+    print(f"  storage: gpu_samples {sizes['gpu_samples'] / rows['gpu_samples']:.0f} B/row ({rows['gpu_samples']} rows), "
+          f"nic_samples {sizes['nic_samples'] / max(rows['nic_samples'], 1):.0f} B/row ({rows['nic_samples']} rows); "
+          f"{per_gpu_sample:.0f} B per GPU-sample with its share of NIC samples")
 
 
 def _fresh_pg(admin_url: str, suffix: str) -> str:

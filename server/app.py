@@ -23,8 +23,10 @@ from server.protocol import BATCH
 from server.settings import Settings
 from server.store import migrate
 from server.store.engine import make_engine
+from server.store.partitions import ensure_partitions
 from server.store.retention import apply_retention
 from server.store.writer import IngestWriter
+from server.store.writer_service import RemoteWriter
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +55,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = make_engine(settings.database_url)
     if settings.migrate_on_start:
         migrate.upgrade(engine)
-    writer = IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies)
+    writer = _ingest_writer(settings, engine)
     writer.start()
     app.state.engine = engine
     app.state.writer = writer
-    detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s)
+    detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
+                                 leader_retry_s=settings.leader_retry_s)
     if settings.detection_enabled:
         detection.start()
     app.state.detection = detection
@@ -79,8 +82,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.dispose()
 
 
+def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
+    if settings.ingest_writer_socket and settings.ingest_writer_key:
+        return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
+    return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies)
+
+
 async def _retention_loop(settings: Settings, engine) -> None:
     while True:
+        try:
+            # Day partitions ahead of sample time (PostgreSQL; server/store/partitions.py), at
+            # start and then every retention interval, in every replica (they serialise).
+            created = await asyncio.to_thread(ensure_partitions, engine)
+            if created:
+                log.info("created partitions %s", created)
+        except Exception:
+            log.exception("creating partitions failed; samples go to the default partition meanwhile")
         try:
             deleted = await asyncio.to_thread(
                 apply_retention, engine, now=time.time(), retention_s=settings.retention_days * 86400

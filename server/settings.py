@@ -34,10 +34,16 @@ class Settings(BaseSettings):
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     detection_enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
     detection_poll_s: float = Field(0.2, description="How often the detector looks for newly committed samples.")
+    leader_retry_s: float = Field(
+        2.0, description="How often a replica that does not lead detection tries to take the lead (takeover delay after the leader dies).",
+    )
     hints: HintSettings = Field(default_factory=HintSettings, description="Scheduler hints (server/hints, docs/rebalancing.md).")
 
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
+    # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).
+    ingest_writer_socket: str | None = Field(None, description="Unix socket of the shared writer process; none: write in-process.")
+    ingest_writer_key: SecretStr | None = Field(None, description="Hex key that authenticates workers to the writer process.")
 
     # Prometheus exposition and alert webhooks (issue #5; docs/observability.md).
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

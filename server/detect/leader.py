@@ -2,7 +2,10 @@
 takes over when that process dies (the lock dies with it).
 
 SQLite: an exclusive flock on a side file. PostgreSQL: a session advisory lock held on a
-dedicated connection."""
+dedicated connection. When the leader's process dies, its socket closes and PostgreSQL ends the
+session (and the lock) at once; when its host or network dies instead, nothing closes the
+socket, so the lock session asks the server for short TCP keepalives and a user timeout: the
+server drops it, and another replica takes over, within about LOCK_SESSION_TIMEOUT_S."""
 
 from __future__ import annotations
 
@@ -12,7 +15,12 @@ import zlib
 
 from sqlalchemy import Engine, text
 
-_ADVISORY_KEY = zlib.crc32(b"laggard-detector")
+ADVISORY_KEY = zlib.crc32(b"laggard-detector")
+# Server-side keepalive of the lock session: idle 5 s, then 3 probes 2 s apart; unacknowledged
+# sends give up after 15 s. Per-session settings: no postgresql.conf change needed.
+LOCK_SESSION_TIMEOUT_S = 15
+_KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
+              "tcp_user_timeout": str(LOCK_SESSION_TIMEOUT_S * 1000)}
 
 
 class LeaderLock:
@@ -49,6 +57,8 @@ class LeaderLock:
             self._fd = None
         if self._conn is not None:
             try:
+                # Closed for real, not returned to the pool: a pooled session would keep the lock.
+                self._conn.invalidate()
                 self._conn.close()
             except Exception:
                 pass
@@ -70,10 +80,14 @@ class LeaderLock:
 
     def _advisory(self) -> bool:
         conn = self.engine.connect()
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ADVISORY_KEY}).scalar()
-        conn.commit()
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
         if got:
+            for name, value in _KEEPALIVE.items():
+                # Ignored by the server on a Unix socket, where a dead peer is seen at once anyway.
+                conn.execute(text("SELECT set_config(:n, :v, false)"), {"n": name, "v": value})
+            conn.commit()
             self._conn = conn
             return True
+        conn.commit()
         conn.close()
         return False

@@ -30,10 +30,11 @@ LogT, NodeT = schema.IngestLog.__table__, schema.Node.__table__
 
 
 class DetectionService:
-    def __init__(self, engine: Engine, cfg: DetectionSettings, *, poll_s: float = 0.2):
+    def __init__(self, engine: Engine, cfg: DetectionSettings, *, poll_s: float = 0.2, leader_retry_s: float = 2.0):
         self.engine = engine
         self.cfg = cfg
         self.poll_s = poll_s
+        self.leader_retry_s = leader_retry_s
         self.lock = LeaderLock(engine)
         self.detector: Detector | None = None
         self.cursor: LogCursor | None = None
@@ -129,16 +130,17 @@ class DetectionService:
     def _run(self) -> None:
         while not self._stop.is_set():
             if not self.lock.try_acquire() or not self.lock.still_held():
-                # Another process leads; if it dies its lock goes with it and we take over.
+                # Another process leads; if it dies its lock goes with it and we take over
+                # within leader_retry_s.
                 self.detector = None
-                self._stop.wait(2.0)
+                self._stop.wait(self.leader_retry_s)
                 continue
             try:
                 self.run_once()
             except Exception:
                 log.exception("detection cycle failed; state is rebuilt from storage")
                 self.detector = None
-                self._stop.wait(2.0)
+                self._stop.wait(self.leader_retry_s)
                 continue
             self._stop.wait(self.poll_s)
 

@@ -1,10 +1,13 @@
-"""Retention: time series older than the horizon (by sample time) are deleted."""
+"""Retention: time series older than the horizon (by sample time) are deleted. On PostgreSQL the
+sample tables are partitioned by day (server/store/partitions.py): whole day partitions past the
+horizon are dropped, and only the default partition (back-filled stragglers) is deleted row by
+row; a day partition goes once all of it is past the horizon, so up to a day more is kept."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, bindparam, delete, select
+from sqlalchemy import Connection, Engine, bindparam, delete, select, text
 
-from server.store import schema
+from server.store import partitions, schema
 
 GpuSampleT = schema.GpuSample.__table__
 NicSampleT = schema.NicSample.__table__
@@ -18,13 +21,21 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[s
     cutoff = now - retention_s
     with engine.begin() as conn:
         return {
-            "gpu_samples": _delete_per_series(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
-            "nic_samples": _delete_per_series(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
+            "gpu_samples": _delete_samples(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
+            "nic_samples": _delete_samples(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
             "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
             "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
             # Open episodes stay, however old: they are still true.
             "episodes": conn.execute(delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)).rowcount,
         }
+
+
+def _delete_samples(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:
+    if not partitions.is_partitioned(conn, table.name):
+        return _delete_per_series(conn, table, series_column, inventory_id, cutoff)
+    dropped = partitions.drop_expired(conn, table.name, cutoff=cutoff)
+    default = partitions.default_partition(table.name)
+    return dropped + conn.execute(text(f'DELETE FROM "{default}" WHERE ts < :cutoff'), {"cutoff": cutoff}).rowcount
 
 
 def _delete_per_series(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:

@@ -105,10 +105,11 @@ def increase(window: Window, attr: str, seconds: float) -> float:
     if not items:
         return 0.0
     start = items[-1].ts - seconds
-    typical = _typical_interval(items)
+    typical = _typical_interval_of(window)
     total = 0.0
-    prev_ts: float | None = None
-    for obs in items:
+    tail, before = _tail(items, start)
+    prev_ts: float | None = before
+    for obs in tail:
         rate = getattr(obs, attr)
         if obs.ts > start and rate:
             begin = prev_ts if prev_ts is not None else (obs.ts - typical if typical else None)
@@ -124,7 +125,32 @@ def new_in_window(window: Window, attr: str, seconds: float) -> int:
     if not items:
         return 0
     start = items[-1].ts - seconds
-    return sum(getattr(o, attr) or 0 for o in items if o.ts > start)
+    return sum(getattr(o, attr) or 0 for o in _tail(items, start)[0])
+
+
+def _tail(items, start: float) -> tuple[list, float | None]:
+    """The observations after `start`, oldest first, and the time of the one before them.
+    Windows hold their observations in sample-time order (each GPU's samples are observed
+    in order), so the scan stops at the first older one instead of reading all 120."""
+    tail = []
+    for obs in reversed(items):
+        if obs.ts <= start:
+            tail.reverse()
+            return tail, obs.ts
+        tail.append(obs)
+    tail.reverse()
+    return tail, None
+
+
+def _typical_interval_of(window: Window) -> float | None:
+    # Several rules ask for it at each instant: computed once per window content. A window
+    # only ever appends, and each append puts a new object last (and, when full, drops the first).
+    items = window.items
+    key = (len(items), id(items[0]), id(items[-1]))
+    cached = window.__dict__.get("_typical")
+    if cached is None or cached[0] != key:
+        cached = window._typical = (key, _typical_interval(items))
+    return cached[1]
 
 
 def _typical_interval(items) -> float | None:

@@ -1,0 +1,112 @@
+"""Detector scale benchmark (docs/operations.md, "Scaling and sizing").
+
+Feeds the detector engine (server/detect/engine.py) one fleet of N GPUs (8 per node, 8 IB ports
+per node, one peer group, a few GPUs running hot) instant after instant, as the detection
+service does after reading them from the database, and reports the wall and CPU time of judging
+one evaluation window (one sample instant of the whole fleet) and the peak memory the
+process reaches (run sizes separately for a clean figure per size). Reading the rows from the database is not included (see bench/ingest.py).
+
+    python bench/scale.py                         # 10,000 and 100,000 GPUs
+    python bench/scale.py --gpus 10000 --instants 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import resource
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bodies import gpu_record, nic_record  # noqa: E402
+from server.detect.engine import Detector, NodeInstant  # noqa: E402
+from server.detect.settings import DetectionSettings  # noqa: E402
+
+CLUSTER = "bench"
+HOT_EVERY = 997  # one GPU in ~1,000 runs hot (clocks down, HW thermal slowdown)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus", type=int, action="append", help="fleet size (repeatable); default 10,000 and 100,000")
+    p.add_argument("--instants", type=int, default=3, help="evaluation windows timed (after the warm-up)")
+    p.add_argument("--interval", type=float, default=5.0, help="sample interval, seconds of sample time")
+    p.add_argument("--nics", type=int, default=8, help="IB ports per node")
+    p.add_argument("--warm", type=int, default=120, help="instants replayed first (120 fills every window, as in steady state)")
+    args = p.parse_args()
+    for gpus in args.gpus or [10_000, 100_000]:
+        run(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm)
+    return 0
+
+
+class FleetRows:
+    """Rows of every node at any instant: a few noisy variants of each GPU's and port's
+    readings drawn once, counters advanced per step (drawing every reading afresh would make
+    generating the input slower than judging it)."""
+
+    VARIANTS = 7
+
+    def __init__(self, nodes: int, nics: int, rng: random.Random):
+        self.nodes, self.nics = nodes, nics
+        self.gpus = [[[gpu_record(rng, n, i, 0) for _ in range(self.VARIANTS)] for i in range(8)] for n in range(nodes)]
+        self.ports = [[nic_record(rng, d, 1) for d in range(nics)] for _ in range(min(nodes, 64))]
+
+    def instant(self, step: int, ts: float) -> list[NodeInstant]:
+        items = []
+        nvlink = 10**12 + step * 10**10
+        for n in range(self.nodes):
+            name = f"node-{n:05d}"
+            common = {"ts": ts, "cluster": CLUSTER, "node": name}
+            gpu_rows = []
+            for i in range(8):
+                row = self.gpus[n][i][(step + n + i) % self.VARIANTS] | common
+                row["lost"] = False
+                row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nvlink
+                if (n * 8 + i) % HOT_EVERY == 0 and step >= 2:
+                    row |= {"sm_clock_mhz": 1400, "temp_c": 92.0, "clocks_event_reasons": 0x40, "util_gpu_pct": 100.0}
+                gpu_rows.append(row)
+            nic_rows = []
+            for d, port in enumerate(self.ports[n % len(self.ports)]):
+                row = port | common
+                row["tx_bytes_total"] = row["rx_bytes_total"] = 10**12 + step * (10**9 + d * 10**7)
+                row["xmit_wait_total"] = step * 1000
+                nic_rows.append(row)
+            items.append(NodeInstant(CLUSTER, name, {"job": "bench"}, ts, gpu_rows, nic_rows))
+        return items
+
+
+def run(gpus: int, *, instants: int, interval: float, nics: int, warm: int) -> None:
+    nodes = gpus // 8
+    fleet = FleetRows(nodes, nics, random.Random(7))
+    detector = Detector(DetectionSettings(settle_s=0))
+    t0 = 1_800_000_000.0
+    # Warm-up as a restarted detector does it (Detector.warm: windows filled, nothing judged),
+    # so the timed windows are judged against full windows, as in steady state.
+    for step in range(warm):
+        for item in fleet.instant(step, t0 + step * interval):
+            detector.warm(item)
+    detector.resume_at(CLUSTER, t0 + (warm - 1) * interval)
+    walls, cpus, changes = [], [], 0
+    for step in range(warm, warm + instants + 1):
+        # Instant `step` arrives; the watermark then lets the previous instant be judged.
+        for item in fleet.instant(step, t0 + step * interval):
+            detector.add(item)
+        wall, cpu = time.perf_counter(), time.process_time()
+        changes += len(detector.advance())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if step > warm:
+            walls.append(wall)
+            cpus.append(cpu)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the process's peak so far
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
+    print(f"{gpus:,} GPUs ({nodes:,} nodes, {nodes * nics:,} ports): one window {wall:.2f} s wall, {cpu:.2f} s CPU "
+          f"(median of {len(walls)}); {gpus / cpu:,.0f} GPU-samples per CPU-second; "
+          f"peak RSS {peak / 2**20:,.0f} MiB (the whole process, input instants included); {changes} episode changes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
