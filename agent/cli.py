@@ -105,7 +105,8 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--fault", metavar="SPEC", action="append", default=[],
                    help="with --simulate: inject a fault, repeatable (e.g. gpu3:thermal, ib2:down)")
     p.add_argument("--metrics-port", metavar="[HOST:]PORT", default=env.get("LAGGARD_METRICS_PORT") or None,
-                   help="serve this node's latest readings at http://HOST:PORT/metrics, Prometheus text format "
+                   help="serve this node's latest readings at http://HOST:PORT/metrics, Prometheus text format, "
+                        "and GET /healthz (503 once sampling has stalled) "
                         "(env LAGGARD_METRICS_PORT; default off; HOST defaults to 0.0.0.0)")
     p.add_argument("--log-level", default=env.get("LAGGARD_LOG_LEVEL", "INFO"),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
@@ -258,6 +259,12 @@ def write_once(cfg: Config, sources: Sources) -> None:
             f.write(text)
 
 
+def healthz_stale_after(interval: float) -> float:
+    """/healthz fails after this many seconds without a sample: several missed intervals, and
+    never under a minute (one slow NVML read on a busy node is not a hang)."""
+    return max(60.0, 6 * interval)
+
+
 def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
     pusher = Pusher(
         cfg.collector, node=cfg.node, cluster=cfg.cluster, labels=cfg.labels, agent_info=agent_info(sources.gpus),
@@ -269,7 +276,8 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
         from agent.metrics import start_metrics
 
         sink, metrics_server = start_metrics(cfg.metrics_port, pusher, node=cfg.node, cluster=cfg.cluster,
-                                             driver=agent_info(sources.gpus)["driver"], pusher=pusher)
+                                             driver=agent_info(sources.gpus)["driver"], pusher=pusher,
+                                             stale_after=healthz_stale_after(cfg.interval))
     runner = Runner(sources.gpus, sink, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)
     log.info("laggard-agent %s: node=%s cluster=%s collector=%s interval=%gs batch=%d%s",
              __version__, cfg.node, cfg.cluster, cfg.collector, cfg.interval, cfg.batch,

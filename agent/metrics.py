@@ -21,8 +21,10 @@ import dataclasses
 import logging
 import math
 import operator
+import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
@@ -289,14 +291,20 @@ def nic_families(ports: Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]) -> 
 
 
 class NodeMetrics:
-    """A sample sink that remembers the latest sample and hands every sample on (to the pusher)."""
+    """A sample sink that remembers the latest sample and hands every sample on (to the pusher).
 
-    def __init__(self, sink, *, node: str, cluster: str, driver: str | None = None, stats: Callable[[], Mapping[str, float]] | None = None):
+    stale_after: /healthz fails once no sample has been taken for this long (an NVML call that
+    hangs on a broken GPU stops the sampling loop without ending the process); None: never."""
+
+    def __init__(self, sink, *, node: str, cluster: str, driver: str | None = None, stats: Callable[[], Mapping[str, float]] | None = None,
+                 stale_after: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.sink = sink
         self.node, self.cluster, self.driver = node, cluster, driver
         self.stats = stats
         self.latest = None
         self.samples = 0
+        self.stale_after, self._clock = stale_after, clock
+        self._last_taken = clock()  # the start counts as a sample: the first one may take a while
         self._xids: dict[str, int] = {}  # uuid → last XID seen
         self._xid_counts: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
@@ -306,6 +314,7 @@ class NodeMetrics:
         with self._lock:
             self.latest = sample
             self.samples += 1
+            self._last_taken = self._clock()
             for gpu in sample.gpus:
                 for event in gpu.xids:
                     self._xids[gpu.uuid] = event.xid
@@ -380,6 +389,14 @@ class NodeMetrics:
     def exposition(self) -> str:
         return self._renderer.render(self.families())
 
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(healthy, details) for GET /healthz: healthy while samples keep coming."""
+        with self._lock:
+            age, taken = self._clock() - self._last_taken, self.samples
+        healthy = self.stale_after is None or age <= self.stale_after
+        return healthy, {"status": "ok" if healthy else "stale", "samples": taken,
+                         "seconds_since_last_sample": round(age, 3), "stale_after_s": self.stale_after}
+
 
 def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
     def read() -> dict[str, float]:
@@ -409,21 +426,28 @@ class _Server6(ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """GET /metrics (anything else: 404) on a daemon thread."""
+    """GET /metrics and GET /healthz (200 while sampling, 503 once stale: the DaemonSet's
+    liveness and readiness probes) on a daemon thread; anything else: 404."""
 
     def __init__(self, metrics: NodeMetrics, host: str, port: int):
-        exposition = metrics.exposition
+        exposition, health = metrics.exposition, metrics.health
 
         class Handler(BaseHTTPRequestHandler):
             server_version = f"laggard-agent/{__version__}"
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                if self.path.split("?", 1)[0] != "/metrics":
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._reply(200, CONTENT_TYPE, exposition().encode())
+                elif path == "/healthz":
+                    healthy, details = health()
+                    self._reply(200 if healthy else 503, "application/json", json.dumps(details).encode())
+                else:
                     self.send_error(404)
-                    return
-                body = exposition().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
+
+            def _reply(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -446,10 +470,12 @@ class MetricsServer:
         self.httpd.server_close()
 
 
-def start_metrics(spec: str, sink, *, node: str, cluster: str, driver: str | None, pusher=None) -> tuple[NodeMetrics, MetricsServer]:
+def start_metrics(spec: str, sink, *, node: str, cluster: str, driver: str | None, pusher=None,
+                  stale_after: float | None = None) -> tuple[NodeMetrics, MetricsServer]:
     """The sink to hand the Runner, and the server (close() it on exit)."""
     host, port = parse_listen(spec)
-    metrics = NodeMetrics(sink, node=node, cluster=cluster, driver=driver, stats=pusher_stats(pusher) if pusher is not None else None)
+    metrics = NodeMetrics(sink, node=node, cluster=cluster, driver=driver, stats=pusher_stats(pusher) if pusher is not None else None,
+                          stale_after=stale_after)
     server = MetricsServer(metrics, host, port).start()
     log.info("metrics at http://%s:%d/metrics", host, server.port)
     return metrics, server
