@@ -87,23 +87,27 @@ def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, work
                    replicas: int = 1) -> tuple[float, tuple[float, float]]:
     ports = [_free_port() for _ in range(replicas)]
     servers = []
+    token = _agent_token(database_url)
     for port in ports:
+        # Authentication on, as deployed: every request carries an agent token (looked up once,
+        # then cached). The rate limit is lifted: one token for the whole simulated fleet.
         env = os.environ | {"LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(workers),
-                            "LAGGARD_DETECTION_ENABLED": "true" if detection else "false"}
+                            "LAGGARD_DETECTION_ENABLED": "true" if detection else "false", "LAGGARD_INSECURE": "false",
+                            "LAGGARD_RATE_LIMIT_PER_S": "1e9", "LAGGARD_RATE_LIMIT_BURST": "1e9"}
         servers.append(subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env))
     try:
         for port in ports:
             _wait_ready(port)
         # Warm-up: register the fleet's nodes and GPUs so the timed part measures steady state.
         latencies: list[float] = []
-        _post_all(bodies[: min(len(bodies), 64)], ports, clients, [])
+        _post_all(bodies[: min(len(bodies), 64)], ports, clients, [], token)
         timed = bodies[64:] if len(bodies) > 128 else bodies
         timed_samples = gpu_samples * len(timed) // len(bodies)
         pids = [p for server in servers for p in [server.pid, *_children(server.pid)]]
         per_process0 = {p: _cpu_seconds_of(p) for p in pids}
         server_cpu0, client_cpu0 = sum(_cpu_seconds(s.pid) for s in servers), time.process_time()
         start = time.perf_counter()
-        _post_all(timed, ports, clients, latencies)
+        _post_all(timed, ports, clients, latencies, token)
         elapsed = time.perf_counter() - start
         server_cpu = (sum(_cpu_seconds(s.pid) for s in servers) - server_cpu0) / elapsed
         client_cpu = (time.process_time() - client_cpu0) / elapsed
@@ -121,14 +125,28 @@ def run_end_to_end(bodies: list[bytes], database_url: str, *, clients: int, work
     return timed_samples / elapsed, (p50, p99)
 
 
-def _post_all(bodies: list[bytes], ports: list[int], clients: int, latencies: list[float]) -> None:
+def _agent_token(database_url: str) -> str:
+    from server.auth.store import create_token
+    from server.store import migrate
+    from server.store.engine import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            return create_token(conn, scopes=frozenset({"agent"}), name="bench", cluster="bench")[0]
+    finally:
+        engine.dispose()
+
+
+def _post_all(bodies: list[bytes], ports: list[int], clients: int, latencies: list[float], token: str) -> None:
     work = iter(bodies)
     lock = threading.Lock()
     errors: list[str] = []
 
     def client(port: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": f"Bearer {token}"}
         while True:
             with lock:
                 body = next(work, None)

@@ -72,6 +72,7 @@ def populate(url: str, *, gpus: int, samples: int, now: float, seed: int = 0) ->
                 "nvlink_links_up": 18, "nvlink_links_total": 18, "nvlink_tx_bytes_total": k * 10**11, "nvlink_rx_bytes_total": k * 10**11,
                 "nvlink_crc_errors_total": 0, "nvlink_replay_errors_total": 0, "nvlink_recovery_errors_total": 0,
                 "ecc_corrected_total": 3, "ecc_uncorrected_total": 0, "remapped_rows_pending": False,
+                "tensor_active_pct": 45 + rng.random() * 20,
             }
             gpu_rows.append(tuple(row[c] for c in gpu_cols))
         nic_rows = [
@@ -109,7 +110,7 @@ def run(url: str, *, gpus: int, samples: int, rounds: int) -> dict:
     print(f"populated {shape} with {samples} samples each in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
     scrape, size, series = _scrape_server_process(url, rounds)
     # The parts, in this process, on the same database.
-    settings = Settings(database_url=url, retention_interval_s=86400)
+    settings = Settings(database_url=url, retention_interval_s=86400, insecure=True)
     server = start_in_thread(create_app(settings))
     try:
         app = server.server.config.app

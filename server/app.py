@@ -9,13 +9,26 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from server import __version__
 from server.alerts import runtime as alerts_runtime
-from server.api import gpus, health, hints, metrics, nodes, samples, scheduler, stragglers
+from server.api import (
+    gpus,
+    health,
+    hints,
+    metrics,
+    nodes,
+    samples,
+    scheduler,
+    stragglers,
+    tokens,
+)
+from server.auth.guard import Authenticator, require
+from server.auth.ratelimit import RateLimiter
+from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER
 from server.detect.service import DetectionService
 from server.errors import ApiError
 from server.metrics import runtime as metrics_runtime
@@ -34,13 +47,31 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
     app.state.settings = settings
-    for module in (samples, nodes, gpus, stragglers, hints, scheduler, health, metrics):
-        app.include_router(module.router)
+    for module, scopes in _router_scopes(settings):
+        app.include_router(module.router, dependencies=[Depends(require(*scopes))] if scopes else [])
+    if settings.insecure:
+        log.warning("AUTHENTICATION IS OFF (LAGGARD_INSECURE): anyone who reaches this collector can push samples, "
+                    "read everything and drain nodes. Use it for demos and tests only.")
     metrics_runtime.install(app)  # ingest timing middleware (issue #5)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(Exception, _unexpected_error)
     app.openapi = lambda: _openapi(app)
     return app
+
+
+def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
+    """Each router and the scopes that open it (admin opens all; none: open to anyone)."""
+    return [
+        (samples, (AGENT,)),
+        (nodes, (READ,)),
+        (gpus, (READ,)),
+        (stragglers, (READ,)),
+        (hints, (READ, SCHEDULER)),
+        (scheduler, () if settings.scheduler_public else (SCHEDULER,)),
+        (metrics, () if settings.metrics_public else (READ,)),
+        (tokens, (ADMIN,)),
+        (health, ()),
+    ]
 
 
 def create_app_from_env() -> FastAPI:
@@ -59,6 +90,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     writer.start()
     app.state.engine = engine
     app.state.writer = writer
+    app.state.auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
+                                   limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
     detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
                                  leader_retry_s=settings.leader_retry_s)
     if settings.detection_enabled:

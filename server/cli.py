@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
-from server import cli_hints, cli_stragglers
+from server import cli_hints, cli_stragglers, cli_tokens
 from server.settings import Settings
 
 
@@ -31,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--host", help="listen address (LAGGARD_HOST, default 127.0.0.1)")
     server.add_argument("--port", type=int, help="listen port (LAGGARD_PORT, default 8080)")
     server.add_argument("--workers", type=int, help="worker processes (LAGGARD_WORKERS, default 1)")
+    server.add_argument("--tls-cert", dest="tls_cert_file", help="serve HTTPS with this PEM certificate chain (LAGGARD_TLS_CERT_FILE)")
+    server.add_argument("--tls-key", dest="tls_key_file", help="the PEM private key of --tls-cert (LAGGARD_TLS_KEY_FILE)")
+    server.add_argument("--insecure", action="store_const", const=True, default=None,
+                        help="turn authentication off: anyone may push, read and drain (LAGGARD_INSECURE=1; demos and tests only)")
     server.set_defaults(run=_run_server)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
@@ -50,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_stragglers.add_parser(sub)
     cli_hints.add_parser(sub)
+    cli_tokens.add_parser(sub, _database_flag)
     return parser
 
 
@@ -59,7 +65,8 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     # Flags win over LAGGARD_* variables, which win over defaults.
-    overrides = {k: v for k in ("database_url", "host", "port", "workers") if (v := getattr(args, k, None)) is not None}
+    keys = ("database_url", "host", "port", "workers", "tls_cert_file", "tls_key_file", "insecure")
+    overrides = {k: v for k in keys if (v := getattr(args, k, None)) is not None}
     return Settings(**overrides)
 
 
@@ -69,8 +76,13 @@ def _run_server(args: argparse.Namespace) -> int:
     from server.app import create_app
 
     settings = _settings(args)
-    common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10}
+    common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10,
+              **_tls(settings)}
     if settings.workers <= 1:
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again against
+        # the handlers it found: no-op ones make that a clean exit 0, as with --workers N.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
         uvicorn.run(create_app(settings), **common)
         return 0
     # Worker processes rebuild Settings from the environment: hand them ours, and migrate
@@ -81,13 +93,26 @@ def _run_server(args: argparse.Namespace) -> int:
     engine = make_engine(settings.database_url)
     migrate.upgrade(engine)
     engine.dispose()
-    os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false"})
+    os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false",
+                       "LAGGARD_INSECURE": "1" if settings.insecure else "0"})
     writer = _start_writer_process(settings)
     try:
         return _supervise_workers(settings, common, writer)
     finally:
         if writer is not None:
             writer.stop()
+
+
+def _tls(settings: Settings) -> dict[str, str]:
+    """uvicorn's TLS options; a certificate without its key (or the reverse) is refused."""
+    if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
+        raise SystemExit("laggard server: --tls-cert and --tls-key go together")
+    if not settings.tls_cert_file:
+        return {}
+    for path in (settings.tls_cert_file, settings.tls_key_file):
+        if not os.path.isfile(path):
+            raise SystemExit(f"laggard server: TLS file not found: {path}")
+    return {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
 
 
 def _start_writer_process(settings: Settings):
@@ -105,7 +130,6 @@ def _start_writer_process(settings: Settings):
 
 def _supervise_workers(settings: Settings, common: dict, writer) -> int:
     import multiprocessing
-    import signal
     import socket
     import threading
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import httpx
 
+from server.cli_client import add_server_flags, auth_headers
 from server.hints.render import render_table
 
 
@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=os.environ.get("LAGGARD_SERVER", "http://127.0.0.1:8080"), help="collector URL (LAGGARD_SERVER)")
+    add_server_flags(p)
     p.add_argument("--cluster", help="only this cluster's nodes")
 
 
@@ -51,10 +51,10 @@ class HintsUnavailable(RuntimeError):
     pass
 
 
-def fetch_hints(server: str, cluster: str | None) -> dict:
+def fetch_hints(server: str, cluster: str | None, token: str | None = None) -> dict:
     params = {"cluster": cluster} if cluster else {}
     try:
-        resp = httpx.get(f"{server.rstrip('/')}/api/v1/hints", params=params, timeout=30)
+        resp = httpx.get(f"{server.rstrip('/')}/api/v1/hints", params=params, headers=auth_headers(token), timeout=30)
     except httpx.HTTPError as exc:
         raise HintsUnavailable(f"cannot reach {server}: {exc}") from exc
     if resp.status_code != 200:
@@ -64,7 +64,7 @@ def fetch_hints(server: str, cluster: str | None) -> dict:
 
 def run_hints(args: argparse.Namespace) -> int:
     try:
-        doc = fetch_hints(args.server, args.cluster)
+        doc = fetch_hints(args.server, args.cluster, args.token)
     except HintsUnavailable as exc:
         print(f"laggard: {exc}", file=sys.stderr)
         return 1
@@ -84,7 +84,7 @@ def _loop(args: argparse.Namespace, once) -> int:
     change nothing: a sync never acts on missing data."""
     while True:
         try:
-            once(fetch_hints(args.server, args.cluster))
+            once(fetch_hints(args.server, args.cluster, args.token))
             status = 0
         except HintsUnavailable as exc:
             print(f"laggard: {exc}; nothing changed", file=sys.stderr)

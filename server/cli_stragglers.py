@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 
 import httpx
+
+from server.cli_client import add_server_flags, auth_headers
 
 COLUMNS = ("ID", "CLUSTER", "NODE", "GPU", "CAUSE", "SEVERITY", "SINCE", "SUMMARY")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("stragglers", help="print the active stragglers of a running collector")
-    p.add_argument("--server", default=os.environ.get("LAGGARD_SERVER", "http://127.0.0.1:8080"), help="collector URL (LAGGARD_SERVER)")
+    add_server_flags(p)
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--cluster")
     p.add_argument("--node")
@@ -27,7 +28,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     params = {k: v for k in ("cluster", "node", "cause", "severity") if (v := getattr(args, k)) is not None}
     try:
-        resp = httpx.get(f"{args.server.rstrip('/')}/api/v1/stragglers", params=params, timeout=10)
+        resp = httpx.get(f"{args.server.rstrip('/')}/api/v1/stragglers", params=params, headers=auth_headers(args.token), timeout=10)
     except httpx.HTTPError as exc:
         print(f"laggard: cannot reach {args.server}: {exc}", file=sys.stderr)
         return 1

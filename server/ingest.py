@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from pydantic import ValidationError
 
+from server.auth.tokens import ANONYMOUS, Principal
 from server.errors import ApiError, pydantic_details
 from server.protocol import BATCH, Batch
 from server.protocol_decoder import BATCH_STRUCT_DECODER
@@ -33,9 +34,14 @@ async def read_body(chunks: AsyncIterator[bytes], *, content_length: str | None,
     return bytes(raw)
 
 
-def decode_rows(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> UnresolvedBatch:
-    """decode_batch, then the batch as rows for a writer."""
-    return unresolved_rows(decode_batch(raw, gzipped=gzipped, limit=limit, now=now, max_future_skew_s=max_future_skew_s))
+def decode_rows(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float,
+                principal: Principal = ANONYMOUS) -> UnresolvedBatch:
+    """decode_batch, checked against what the pushing token may do, then as rows for a writer."""
+    batch = decode_batch(raw, gzipped=gzipped, limit=limit, now=now, max_future_skew_s=max_future_skew_s)
+    if (refusal := principal.may_push(cluster=batch.cluster, node=batch.node)) is not None:
+        field = "cluster" if principal.cluster is not None and batch.cluster != principal.cluster else "node"
+        raise ApiError(403, refusal, loc=["body", field], type="forbidden")
+    return unresolved_rows(batch)
 
 
 def decode_batch(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> Batch:

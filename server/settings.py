@@ -45,6 +45,22 @@ class Settings(BaseSettings):
     ingest_writer_socket: str | None = Field(None, description="Unix socket of the shared writer process; none: write in-process.")
     ingest_writer_key: SecretStr | None = Field(None, description="Hex key that authenticates workers to the writer process.")
 
+    # Authentication (server/auth, docs/security.md).
+    insecure: bool = Field(False, description="Turn authentication off (LAGGARD_INSECURE=1): anyone may push, read and drain. Demo and tests only.")
+    metrics_public: bool = Field(False, description="Serve GET /metrics without a token (else: a token with the read scope).")
+    scheduler_public: bool = Field(
+        False, description="Serve the kube-scheduler extender (/scheduler/*) without a token: kube-scheduler cannot send one; "
+                           "restrict who reaches it (NetworkPolicy) instead.",
+    )
+    token_cache_s: float = Field(10.0, description="How long a worker trusts a looked-up token (a revoked one works at most this long).")
+    rate_limit_per_s: float = Field(
+        200.0, description="Requests per second per token, per process, on average (429 beyond). One agent token shared by a "
+                           "cluster sends about nodes / push interval: 1,000 nodes every 5 s is 200/s.",
+    )
+    rate_limit_burst: float = Field(400.0, description="Requests a token may send at once before the rate limit applies.")
+    tls_cert_file: str | None = Field(None, description="Serve HTTPS with this certificate chain (PEM); needs tls_key_file.")
+    tls_key_file: str | None = Field(None, description="The private key (PEM) of tls_cert_file.")
+
     # Prometheus exposition and alert webhooks (issue #5; docs/observability.md).
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)

@@ -7,6 +7,10 @@ import uuid
 
 import pytest
 
+# Collectors built or started by the tests run without authentication unless a test turns it on
+# (Settings(insecure=False), tests/server/test_auth.py): authentication has tests of its own.
+os.environ.setdefault("LAGGARD_INSECURE", "1")
+
 POSTGRES_ADMIN_URL = os.environ.get("LAGGARD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 

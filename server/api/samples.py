@@ -31,7 +31,8 @@ async def post_samples(request: Request) -> Response:
     gzipped = content_is_gzip(request.headers.get("content-encoding"))
     raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=settings.max_body_bytes)
     decode = functools.partial(
-        decode_rows, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s
+        decode_rows, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s,
+        principal=request.state.principal,  # set by the router's auth dependency (server/auth/guard.py)
     )
     try:
         accepted = await asyncio.wrap_future(writer.submit(decode))

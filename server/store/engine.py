@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
 
 
@@ -18,7 +19,19 @@ def make_engine(database_url: str) -> Engine:
         engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(database_url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+    # A database that is down must mean a quick 503 (the agents spool and retry), not requests
+    # hanging on a connect or on a pool slot; keepalives notice a peer that vanished.
+    return create_engine(database_url, pool_size=8, max_overflow=8, pool_pre_ping=True, pool_timeout=10,
+                         connect_args=_postgres_connect_args(database_url))
+
+
+# libpq connection parameters; any of them given in the URL's query wins.
+_POSTGRES_DEFAULTS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+def _postgres_connect_args(database_url: str) -> dict[str, int]:
+    given = make_url(database_url).query
+    return {k: v for k, v in _POSTGRES_DEFAULTS.items() if k not in given}
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -89,6 +89,7 @@ class GpuSample(Base):
     ecc_corrected_total: Mapped[int | None] = mapped_column(BigInteger)
     ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
     remapped_rows_pending: Mapped[bool | None] = mapped_column(Boolean)
+    tensor_active_pct: Mapped[float | None] = mapped_column(Float)  # migration 0005
 
 
 class NicSample(Base):
@@ -234,3 +235,20 @@ class MetricCounter(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     labels: Mapped[str] = mapped_column(String(1000), primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+class ApiToken(Base):
+    """Bearer tokens (server/auth): only the SHA-256 of a token is kept; `key_id` is its
+    public part. A revoked token stays, so `laggard token list` shows what was revoked when."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(253), default="")
+    scopes: Mapped[str] = mapped_column(String(100))  # comma-separated, sorted
+    cluster: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)

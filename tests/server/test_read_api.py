@@ -107,6 +107,27 @@ def test_gpu_moving_to_another_node_follows_it(api):
     assert api.get("/api/v1/nodes/old-home").json()["gpus"] == []
 
 
+def test_gpu_changing_slot_and_model_on_its_node_is_updated_not_refused(api):
+    # A GPU re-seated in another slot, or whose model the agent learnt late, once answered 500.
+    body = batch(node="n1", gpus=2, ts=T0)
+    first, second = (g["uuid"] for g in body["samples"][0]["gpus"])
+    _push(api, body)
+    swapped = batch(node="n1", gpus=2, ts=T0 + 10)
+    for gpu, uuid in zip(swapped["samples"][0]["gpus"], (second, first)):
+        gpu["uuid"] = uuid
+    swapped["samples"][0]["gpus"][0]["model"] = "NVIDIA H200"
+    _push(api, swapped)
+    swapped["samples"][0]["ts"] = T0 + 20
+    _push(api, swapped)  # and again, now that the collector knows the new slot
+
+    gpus = {g["uuid"]: g for g in api.get("/api/v1/nodes/n1").json()["gpus"]}
+    assert (gpus[second]["index"], gpus[second]["model"]) == (0, "NVIDIA H200")
+    assert gpus[first]["index"] == 1
+    assert gpus[second]["latest"]["ts"] == T0 + 20
+    series = api.get(f"/api/v1/gpus/{second}/series", params={"metric": "temp_c", "since": T0, "until": T0 + 20}).json()
+    assert len(series["points"]) == 3
+
+
 def test_health_and_readiness(api):
     assert api.get("/healthz").json() == {"status": "ok"}
     assert api.get("/readyz").json()["database"] == "ok"

@@ -1,0 +1,21 @@
+"""What the CLI commands that talk to a running collector share: its URL and the token."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", default=os.environ.get("LAGGARD_SERVER", "http://127.0.0.1:8080"), help="collector URL (LAGGARD_SERVER)")
+    p.add_argument("--token", default=None,
+                   help="bearer token with the read scope (LAGGARD_TOKEN, or a file named by LAGGARD_TOKEN_FILE)")
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The Authorization header for --token, else LAGGARD_TOKEN, else the file LAGGARD_TOKEN_FILE."""
+    token = token or os.environ.get("LAGGARD_TOKEN")
+    if not token and (path := os.environ.get("LAGGARD_TOKEN_FILE")):
+        with open(path) as f:
+            token = f.read().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
