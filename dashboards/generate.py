@@ -175,6 +175,9 @@ def node() -> dict:
                unit="percentunit"),
         series("Clock throttle reasons (bitmask)", (f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{DN}}}", "GPU {{gpu}}")),
         series("Utilisation", (f"DCGM_FI_DEV_GPU_UTIL{{{DN}}}", "GPU {{gpu}}"), unit="percent"),
+        series("Tensor pipe activity", (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{DN}}}", "GPU {{gpu}}"), unit="percentunit",
+               desc="Share of cycles any tensor pipe was active between two agent samples (NVML GPM: Hopper and newer; "
+                    "empty on older GPUs)."),
         series("NVLink throughput", (f"rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{DN}}}[{RI}])", "GPU {{gpu}}"), unit="Bps"),
         series("NVLink links up", (f"laggard_gpu_nvlink_links_up{{{N}}}", "GPU {{gpu}}"), (f"max(laggard_gpu_nvlink_links{{{N}}})", "links")),
         series("NVLink CRC errors", (f"rate(laggard_gpu_nvlink_crc_errors_total{{{N}}}[{RI}])", "GPU {{gpu}}"), unit="cps"),
@@ -188,7 +191,7 @@ def node() -> dict:
                (f"rate(laggard_nic_receive_errors_total{{{N}}}[{RI}])", "receive {{device}}/{{port}}"),
                (f"increase(laggard_nic_link_downed_total{{{N}}}[{RI}])", "link down {{device}}/{{port}}"), unit="cps"),
         series("IB transmit wait", (f"rate(laggard_nic_transmit_wait_ticks_total{{{N}}}[{RI}])", "{{device}}/{{port}}"),
-               desc="Ticks per second with data to send and no credits: congestion."),
+               desc="Ticks per second with data to send and no credits: congestion.", w=24),
     ]
     return dashboard("laggard-node", "Laggard / Node drill-down", "Every GPU and IB port of one node.", panels, ("cluster", "node"))
 

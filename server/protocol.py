@@ -22,6 +22,24 @@ NonNeg = Annotated[float, Field(ge=0)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Celsius = Annotated[float, Field(ge=-50, le=200)]
 Short = Annotated[str, Field(max_length=64)]
+# Physical ranges, generous enough for any GPU or NIC made or announced, tight enough that a
+# unit mix-up (kHz for MHz, mW for W) or garbage is refused instead of skewing the peer medians.
+MHz = Annotated[int, Field(ge=0, le=100_000)]
+Watts = Annotated[float, Field(ge=0, le=10_000)]
+Bytes = Annotated[int, Field(ge=0, le=2**50)]  # 1 PiB of GPU memory
+BytesPerS = Annotated[float, Field(ge=0, le=1e13)]
+PcieGen = Annotated[int, Field(ge=0, le=16)]
+Lanes = Annotated[int, Field(ge=0, le=64)]
+Links = Annotated[int, Field(ge=0, le=64)]
+Gbps = Annotated[float, Field(ge=0, le=100_000)]
+
+# Per-request limits (besides the body size): a node has a few dozen GPUs and ports at most;
+# an agent back-filling its spool sends at most MAX_SAMPLES samples per request.
+MAX_SAMPLES = 1000
+MAX_GPUS = 64
+MAX_NICS = 64
+MAX_XIDS = 256
+MAX_LABELS = 32
 
 _wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore"))
 
@@ -41,26 +59,26 @@ class Gpu(TypedDict):
     lost: NotRequired[bool]  # default false
     temp_c: NotRequired[Celsius | None]
     mem_temp_c: NotRequired[Celsius | None]
-    power_w: NotRequired[NonNeg | None]
-    power_limit_w: NotRequired[NonNeg | None]
-    sm_clock_mhz: NotRequired[Count | None]
-    sm_clock_max_mhz: NotRequired[Count | None]
-    mem_clock_mhz: NotRequired[Count | None]
-    mem_clock_max_mhz: NotRequired[Count | None]
+    power_w: NotRequired[Watts | None]
+    power_limit_w: NotRequired[Watts | None]
+    sm_clock_mhz: NotRequired[MHz | None]
+    sm_clock_max_mhz: NotRequired[MHz | None]
+    mem_clock_mhz: NotRequired[MHz | None]
+    mem_clock_max_mhz: NotRequired[MHz | None]
     util_gpu_pct: NotRequired[Pct | None]
     util_mem_pct: NotRequired[Pct | None]
-    mem_used_bytes: NotRequired[Count | None]
-    mem_total_bytes: NotRequired[Count | None]
+    mem_used_bytes: NotRequired[Bytes | None]
+    mem_total_bytes: NotRequired[Bytes | None]
     clocks_event_reasons: NotRequired[Count | None]
-    pcie_gen: NotRequired[Count | None]
-    pcie_gen_max: NotRequired[Count | None]
-    pcie_width: NotRequired[Count | None]
-    pcie_width_max: NotRequired[Count | None]
+    pcie_gen: NotRequired[PcieGen | None]
+    pcie_gen_max: NotRequired[PcieGen | None]
+    pcie_width: NotRequired[Lanes | None]
+    pcie_width_max: NotRequired[Lanes | None]
     pcie_replay_total: NotRequired[Count | None]
-    pcie_tx_bytes_per_s: NotRequired[NonNeg | None]
-    pcie_rx_bytes_per_s: NotRequired[NonNeg | None]
-    nvlink_links_up: NotRequired[Count | None]
-    nvlink_links_total: NotRequired[Count | None]
+    pcie_tx_bytes_per_s: NotRequired[BytesPerS | None]
+    pcie_rx_bytes_per_s: NotRequired[BytesPerS | None]
+    nvlink_links_up: NotRequired[Links | None]
+    nvlink_links_total: NotRequired[Links | None]
     nvlink_tx_bytes_total: NotRequired[Count | None]
     nvlink_rx_bytes_total: NotRequired[Count | None]
     nvlink_crc_errors_total: NotRequired[Count | None]
@@ -69,7 +87,8 @@ class Gpu(TypedDict):
     ecc_corrected_total: NotRequired[Count | None]
     ecc_uncorrected_total: NotRequired[Count | None]
     remapped_rows_pending: NotRequired[bool | None]
-    xids: NotRequired[list[Xid]]  # default []
+    tensor_active_pct: NotRequired[Pct | None]  # GPM, Hopper+; absent from older agents
+    xids: NotRequired[Annotated[list[Xid], Field(max_length=MAX_XIDS)]]  # default []
 
 
 @_wire
@@ -77,7 +96,7 @@ class Nic(TypedDict):
     device: Name
     port: Annotated[int, Field(ge=0, le=255)]
     state: NotRequired[Annotated[str, Field(max_length=32)] | None]
-    rate_gbps: NotRequired[NonNeg | None]
+    rate_gbps: NotRequired[Gbps | None]
     tx_bytes_total: NotRequired[Count | None]
     rx_bytes_total: NotRequired[Count | None]
     symbol_errors_total: NotRequired[Count | None]
@@ -90,8 +109,8 @@ class Nic(TypedDict):
 @_wire
 class SampleIn(TypedDict):
     ts: Annotated[float, Field(gt=0)]
-    gpus: NotRequired[list[Gpu]]  # default []
-    nics: NotRequired[list[Nic]]  # default []
+    gpus: NotRequired[Annotated[list[Gpu], Field(max_length=MAX_GPUS)]]  # default []
+    nics: NotRequired[Annotated[list[Nic], Field(max_length=MAX_NICS)]]  # default []
 
 
 @_wire
@@ -106,9 +125,10 @@ class Batch(TypedDict):
     version: Literal[1]
     node: Name
     cluster: NotRequired[Name]  # default "default"
-    labels: NotRequired[dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=253)]]]
+    labels: NotRequired[Annotated[dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=253)]],
+                                  Field(max_length=MAX_LABELS)]]
     agent: NotRequired[AgentInfo | None]
-    samples: list[SampleIn]
+    samples: Annotated[list[SampleIn], Field(max_length=MAX_SAMPLES)]
 
 
 BATCH = TypeAdapter(Batch)

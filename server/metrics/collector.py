@@ -44,6 +44,7 @@ IDLE_BIT = 0x1
 _GPU_COLUMNS = [c.name for c in GpuSampleT.columns if c.name in {
     "ts", "lost", *(f.key for f in DCGM_FIELDS), "mem_total_bytes", "mem_used_bytes", "nvlink_tx_bytes_total", "nvlink_rx_bytes_total",
     "remapped_rows_pending", "sm_clock_max_mhz", "nvlink_links_up", "nvlink_links_total", "nvlink_crc_errors_total",
+    "tensor_active_pct",
 }]
 _NIC_COLUMNS = [c.name for c in NicSampleT.columns if c.name != "nic_id"]
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 KNOWN = {"type", "properties", "required", "items", "anyOf", "$ref", "const", "minimum", "maximum", "exclusiveMinimum",
-         "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "additionalProperties", "propertyNames",
+         "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties", "additionalProperties", "propertyNames",
          "title", "description", "default", "$defs"}
 # Big enough to cover a real node (8 GPUs, 8 ports), small enough to keep examples quick.
 MAX_ITEMS = 4
@@ -51,7 +51,8 @@ def from_json_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None)
 def _object(schema: dict[str, Any], defs: dict[str, Any]) -> st.SearchStrategy:
     if "additionalProperties" in schema and "properties" not in schema:
         keys = from_json_schema({"type": "string", **schema.get("propertyNames", {})}, defs)
-        return st.dictionaries(keys, from_json_schema(schema["additionalProperties"], defs), max_size=MAX_ITEMS)
+        return st.dictionaries(keys, from_json_schema(schema["additionalProperties"], defs),
+                               max_size=min(schema.get("maxProperties", MAX_ITEMS), MAX_ITEMS))
     properties = schema.get("properties", {})
     required = set(schema.get("required", []))
     return st.fixed_dictionaries(

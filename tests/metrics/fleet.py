@@ -21,6 +21,8 @@ def gpu(node: str, index: int, ts: float, t0: float, *, hot: bool = False, xids:
         "nvlink_tx_bytes_total": int((ts - t0 + 1) * 5e10), "nvlink_rx_bytes_total": int((ts - t0 + 1) * 5e10),
         "nvlink_crc_errors_total": 1, "nvlink_replay_errors_total": 2, "nvlink_recovery_errors_total": 0,
         "ecc_corrected_total": 5, "ecc_uncorrected_total": 0, "remapped_rows_pending": False, "xids": xids or [],
+        # GPM tensor activity; GPU 7 reports none (as an A100, or an agent's first cycle would).
+        "tensor_active_pct": None if index == 7 else (25.0 if hot else 50.0 + index),
     }
 
 

@@ -32,6 +32,7 @@ def sample(ts: float) -> Sample:
     gpus = [GpuSample(index=i, uuid=f"GPU-{i}", model="NVIDIA H100 80GB HBM3", pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
                       temp_c=60.0 + i, sm_clock_mhz=1980, sm_clock_max_mhz=1980, mem_used_bytes=2 * 2**20, mem_total_bytes=10 * 2**20,
                       pcie_replay_total=4, nvlink_tx_bytes_total=100, nvlink_rx_bytes_total=50,
+                      tensor_active_pct=62.5 if i == 0 else None,  # GPU 1: no GPM reading
                       xids=[XidEvent(79, ts)] if i == 1 else []) for i in range(2)]
     gpus.append(GpuSample(index=2, uuid="GPU-2", lost=True))
     return Sample(ts=ts, gpus=gpus, nics=[NicSample("mlx5_0", 1, state="ACTIVE", rate_gbps=400.0, tx_bytes_total=10)])
@@ -51,6 +52,8 @@ def test_node_metrics_tee_and_exposition():
     assert values(text, "DCGM_FI_DEV_FB_FREE", **labels) == [8.0]
     assert values(text, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", **labels) == [150]
     assert values(text, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == [79]
+    assert values(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", **labels) == [0.625]  # a ratio, as dcgm-exporter's
+    assert values(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu="1") == []
     assert values(text, "DCGM_FI_DEV_GPU_TEMP", gpu="2") == []  # lost: no readings
     assert values(text, "laggard_gpu_lost", gpu="2") == [1]
     assert values(text, "laggard_gpu_xid_errors_total", gpu="1", xid="79") == [1]

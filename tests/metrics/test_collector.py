@@ -86,7 +86,12 @@ def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
     assert len(values(body, "DCGM_FI_DEV_GPU_TEMP")) == 16
     assert values(body, "DCGM_FI_DEV_GPU_TEMP", Hostname="n2", gpu="3") == [91.0]
     assert values(body, "DCGM_FI_DEV_XID_ERRORS", Hostname="n1", gpu="2") == [79]
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" not in body  # needs GPM readings the agent does not take yet
+    # dcgm-exporter's ratio (0..1) from the percent on the wire; no series where it was null.
+    assert values(body, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", **gpu0) == [pytest.approx(0.50)]
+    assert values(body, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Hostname="n2", gpu="3") == [pytest.approx(0.25)]
+    assert values(body, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu="7") == []
+    assert len(values(body, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")) == 14
+    assert "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge" in body
     assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER untyped" in body
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in body
 

@@ -69,6 +69,22 @@ def test_null_metrics_are_stored_as_null_not_zero(post, live_server):
     assert [value for _, value in series["points"]] == [None]
 
 
+def test_tensor_activity_is_stored_null_where_absent_or_null(post, live_server):
+    # GPU 0: a Hopper agent's reading; GPU 1: null (an A100, or the agent's first cycle);
+    # GPU 2: an agent from before the field, which does not send it at all.
+    body = batch(gpus=3)
+    gpus = body["samples"][0]["gpus"]
+    gpus[0]["tensor_active_pct"], gpus[1]["tensor_active_pct"] = 57.25, None
+    assert "tensor_active_pct" not in gpus[2]
+    assert post(body).status_code == 200
+    got = []
+    for g in gpus:
+        series = httpx.get(f"{live_server.url}/api/v1/gpus/{g['uuid']}/series",
+                           params={"metric": "tensor_active_pct", "since": 0}).json()
+        got += [value for _, value in series["points"]]
+    assert got == [57.25, None, None]
+
+
 BAD_BODIES = [
     # (case id, mutate(body) or raw bytes, expected status, expected loc of the first error)
     ("missing node", lambda b: b.pop("node"), 422, ["body", "node"]),
@@ -81,8 +97,31 @@ BAD_BODIES = [
     ("missing gpu uuid", lambda b: b["samples"][0]["gpus"][0].pop("uuid"), 422, ["body", "samples", 0, "gpus", 0, "uuid"]),
     ("missing nic port", lambda b: b["samples"][0]["nics"][0].pop("port"), 422, ["body", "samples", 0, "nics", 0, "port"]),
     ("utilisation over 100", lambda b: b["samples"][0]["gpus"][0].update(util_gpu_pct=180.0), 422, ["body", "samples", 0, "gpus", 0, "util_gpu_pct"]),
+    ("tensor activity over 100", lambda b: b["samples"][0]["gpus"][1].update(tensor_active_pct=100.5), 422,
+     ["body", "samples", 0, "gpus", 1, "tensor_active_pct"]),
+    ("tensor activity negative", lambda b: b["samples"][0]["gpus"][0].update(tensor_active_pct=-0.1), 422,
+     ["body", "samples", 0, "gpus", 0, "tensor_active_pct"]),
+    ("tensor activity as a ratio string", lambda b: b["samples"][0]["gpus"][0].update(tensor_active_pct="0.5"), 422,
+     ["body", "samples", 0, "gpus", 0, "tensor_active_pct"]),
     ("ts missing", lambda b: b["samples"][0].pop("ts"), 422, ["body", "samples", 0, "ts"]),
     ("ts in the far future", lambda b: b["samples"][0].update(ts=time.time() + 3600), 422, ["body", "samples", 0, "ts"]),
+    # Physical ranges: a unit mix-up is refused, not stored.
+    ("clock in kHz", lambda b: b["samples"][0]["gpus"][0].update(sm_clock_mhz=1_980_000), 422, ["body", "samples", 0, "gpus", 0, "sm_clock_mhz"]),
+    ("power in mW", lambda b: b["samples"][0]["gpus"][1].update(power_w=700_000.0), 422, ["body", "samples", 0, "gpus", 1, "power_w"]),
+    ("PCIe gen 17", lambda b: b["samples"][0]["gpus"][0].update(pcie_gen=17), 422, ["body", "samples", 0, "gpus", 0, "pcie_gen"]),
+    ("PCIe width 128", lambda b: b["samples"][0]["gpus"][0].update(pcie_width_max=128), 422, ["body", "samples", 0, "gpus", 0, "pcie_width_max"]),
+    ("NVLink links 300", lambda b: b["samples"][0]["gpus"][0].update(nvlink_links_total=300), 422, ["body", "samples", 0, "gpus", 0, "nvlink_links_total"]),
+    ("port rate in bits", lambda b: b["samples"][0]["nics"][0].update(rate_gbps=4e11), 422, ["body", "samples", 0, "nics", 0, "rate_gbps"]),
+    # Counts per request.
+    ("1001 samples", lambda b: b.update(samples=[{"ts": b["samples"][0]["ts"] + i} for i in range(1001)]), 422, ["body", "samples"]),
+    ("65 GPUs in a sample", lambda b: b["samples"][1].update(gpus=[dict(b["samples"][1]["gpus"][0], index=i, uuid=f"GPU-{i}") for i in range(65)]),
+     422, ["body", "samples", 1, "gpus"]),
+    ("65 NICs in a sample", lambda b: b["samples"][0].update(nics=[dict(b["samples"][0]["nics"][0], port=i) for i in range(65)]),
+     422, ["body", "samples", 0, "nics"]),
+    ("257 XIDs", lambda b: b["samples"][0]["gpus"][0].update(xids=[{"xid": 79, "ts": b["samples"][0]["ts"]}] * 257), 422,
+     ["body", "samples", 0, "gpus", 0, "xids"]),
+    ("33 labels", lambda b: b.update(labels={f"k{i}": "v" for i in range(33)}), 422, ["body", "labels"]),
+    ("label key of 64 characters", lambda b: b.update(labels={"k" * 64: "v"}), 422, ["body", "labels", "k" * 64, "[key]"]),
 ]
 
 

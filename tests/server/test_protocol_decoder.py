@@ -55,6 +55,9 @@ ACCEPTED = {
     "unicode label": _set(["labels"], {"team": "données"}),
     "temperature at bounds": _set([*GPU0, "temp_c"], 200.0),
     "nic port 0": _set([*NIC0, "port"], 0),
+    "tensor activity": _set([*GPU0, "tensor_active_pct"], 57.25),
+    "tensor activity at 100": _set([*GPU0, "tensor_active_pct"], 100),
+    "tensor activity null": _set([*GPU0, "tensor_active_pct"], None),
 }
 
 REJECTED = {
@@ -83,6 +86,8 @@ REJECTED = {
     "nic port too big": _set([*NIC0, "port"], 256),
     "nic missing device": _set([*NIC0, "device"], _DELETE),
     "lost not a bool": _set([*GPU0, "lost"], 1),
+    "tensor activity over 100": _set([*GPU0, "tensor_active_pct"], 100.5),
+    "tensor activity negative": _set([*GPU0, "tensor_active_pct"], -1.0),
 }
 
 
