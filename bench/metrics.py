@@ -155,7 +155,9 @@ def _scrape_server_process(url: str, rounds: int) -> tuple[list[float], int, int
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server", "--database-url", url,
-                             "--port", str(port)], cwd=Path(__file__).resolve().parent.parent, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                             "--port", str(port)], cwd=Path(__file__).resolve().parent.parent,
+                            # /metrics open, as a site that scrapes without a token would run it.
+                            env=os.environ | {"PYTHONUNBUFFERED": "1", "LAGGARD_METRICS_PUBLIC": "true"})
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
