@@ -19,14 +19,19 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agent import __version__
-from agent.push import MemoryQueue, Pusher
+from agent.push import MemoryQueue, Pusher, SampleQueue
 from agent.runner import Runner, collect
 from agent.sample import NicSample, build_batch
+from agent.spool import MIN_MAX_BYTES as MIN_SPOOL_BYTES
+from agent.spool import DiskSpool, SpoolError
 from agent.sysfs.infiniband import read_ib_ports
 
 log = logging.getLogger("agent")
 
 BATCH_SECONDS = 10.0
+DEFAULT_SPOOL_DIR = "/var/lib/laggard-agent/spool"
+DEFAULT_SPOOL_MAX_BYTES = 256 * 1024 * 1024
+_SIZE_UNITS = {"": 1, "K": 1024, "KI": 1024, "M": 1024**2, "MI": 1024**2, "G": 1024**3, "GI": 1024**3}
 
 
 class UsageError(Exception):
@@ -58,6 +63,32 @@ def parse_simulate(spec: str) -> tuple[str, int]:
     if n < 1:
         raise UsageError(f"--simulate {spec!r}: N must be a positive number of GPUs")
     return model.strip(), n
+
+
+def parse_size(text: str, origin: str) -> int:
+    """ "268435456", "256MiB", "256M", "1G", "512k" -> bytes (binary units)."""
+    raw = text.strip().upper().removesuffix("B")
+    digits = raw.rstrip("KMGI")
+    factor = _SIZE_UNITS.get(raw[len(digits):])
+    try:
+        value = int(digits) if factor is not None else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise UsageError(f"{origin} {text!r}: expected a size in bytes, e.g. 268435456 or 256MiB")
+    return value * factor
+
+
+def spool_dir_setting(args: argparse.Namespace, env: dict[str, str], simulate: tuple[str, int] | None) -> str | None:
+    """The spool directory, or None for the in-memory queue ('' turns the spool off).
+
+    A simulated agent spools only where told to: its samples are not this node's, and must
+    never be sent later by the real agent sharing the default directory."""
+    if args.spool_dir is not None:
+        return args.spool_dir or None
+    if "LAGGARD_SPOOL_DIR" in env:
+        return env["LAGGARD_SPOOL_DIR"] or None
+    return None if simulate else DEFAULT_SPOOL_DIR
 
 
 def _env_number(env: dict[str, str], name: str, kind: type, default):
@@ -92,8 +123,14 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                    help="samples per request (env LAGGARD_BATCH; default: about 10 s worth, "
                         "e.g. 2 at --interval 5, 10 at --interval 1)")
     p.add_argument("--max-queue", metavar="N", type=int, default=None,
-                   help="samples kept while the collector is unreachable; oldest dropped first "
-                        "(env LAGGARD_MAX_QUEUE; default 720)")
+                   help="samples kept in memory while the collector is unreachable and there is no spool "
+                        "(or its disk refuses writes); oldest dropped first (env LAGGARD_MAX_QUEUE; default 720)")
+    p.add_argument("--spool-dir", metavar="DIR", default=None,
+                   help="keep unsent samples on disk here, across restarts; '' = in memory only "
+                        f"(env LAGGARD_SPOOL_DIR; default {DEFAULT_SPOOL_DIR}, none with --simulate)")
+    p.add_argument("--spool-max-bytes", metavar="SIZE", default=None,
+                   help="cap on the spool's size, oldest samples dropped first (e.g. 1GiB; "
+                        "env LAGGARD_SPOOL_MAX_BYTES; default 256MiB)")
     p.add_argument("--token", default=env.get("LAGGARD_TOKEN") or None,
                    help="bearer token for the collector (env LAGGARD_TOKEN)")
     p.add_argument("--once", action="store_true", help="take one sample, print it as a v1 batch, exit; no push")
@@ -131,6 +168,8 @@ class Config:
     faults: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     metrics_port: str | None = None  # [HOST:]PORT of the node's own /metrics (agent/metrics.py)
+    spool_dir: str | None = None  # None: unsent samples wait in memory only (agent/spool.py)
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
 
 
 def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
@@ -158,6 +197,14 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         simulate = parse_simulate(args.simulate) if args.simulate else None
         if args.fault and simulate is None:
             raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
+        spool_dir = spool_dir_setting(args, env, simulate)
+        spool_max_bytes = DEFAULT_SPOOL_MAX_BYTES
+        if args.spool_max_bytes is not None:
+            spool_max_bytes = parse_size(args.spool_max_bytes, "--spool-max-bytes")
+        elif env.get("LAGGARD_SPOOL_MAX_BYTES"):
+            spool_max_bytes = parse_size(env["LAGGARD_SPOOL_MAX_BYTES"], "LAGGARD_SPOOL_MAX_BYTES")
+        if spool_max_bytes < MIN_SPOOL_BYTES:
+            raise UsageError(f"--spool-max-bytes {spool_max_bytes}: must be at least {MIN_SPOOL_BYTES} (64KiB)")
         if args.metrics_port:
             from agent.metrics import parse_listen
 
@@ -173,6 +220,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=args.token,
         once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
         faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
+        spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
     )
 
 
@@ -265,11 +313,26 @@ def healthz_stale_after(interval: float) -> float:
     return max(60.0, 6 * interval)
 
 
+def open_queue(cfg: Config) -> SampleQueue:
+    """The spool when there is one and its directory is usable, else the in-memory queue."""
+    if cfg.spool_dir:
+        try:
+            spool = DiskSpool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes, max_memory_samples=cfg.max_queue)
+        except (SpoolError, OSError) as exc:
+            log.warning("%s; unsent samples wait in memory instead (at most %d, lost on exit)", exc, cfg.max_queue)
+        else:
+            log.info("spool %s (cap %.0f MiB): %d unsent samples waiting", cfg.spool_dir,
+                     cfg.spool_max_bytes / 2**20, len(spool))
+            return spool
+    return MemoryQueue(cfg.max_queue)
+
+
 def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
+    queue = open_queue(cfg)
     pusher = Pusher(
         cfg.collector, node=cfg.node, cluster=cfg.cluster, labels=cfg.labels, agent_info=agent_info(sources.gpus),
         token=cfg.token, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
-        queue=MemoryQueue(cfg.max_queue),
+        queue=queue,
     ).start()
     sink, metrics_server = pusher, None
     if cfg.metrics_port:  # the node's own /metrics: a tee in front of the pusher (agent/metrics.py)
@@ -286,10 +349,13 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
         runner.run()
     finally:
         pusher.close()
+        if isinstance(queue, DiskSpool):
+            queue.close()
         if metrics_server is not None:
             metrics_server.close()
-        log.info("stopped: %d samples sent, %d rejected, %d dropped from the queue",
-                 pusher.stats.sent_samples, pusher.stats.rejected_samples, pusher.dropped)
+        log.info("stopped: %d samples sent, %d rejected, %d dropped from the queue, %d left %s",
+                 pusher.stats.sent_samples, pusher.stats.rejected_samples, pusher.dropped, len(queue),
+                 "in the spool for the next start" if isinstance(queue, DiskSpool) else "unsent")
 
 
 def main(argv: list[str] | None = None) -> int:

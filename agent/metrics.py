@@ -10,8 +10,9 @@ hand (no prometheus_client). The same few pieces serve the collector's GET /metr
   work unchanged. dcgm-exporter declares some of these counters; their names do not end in
   `_total` (DCGM_FI_DEV_PCIE_REPLAY_COUNTER), which `promtool check metrics` rejects for a
   counter, so they are declared `untyped` here: rate() and increase() do not look at the type.
-  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE is not exported: it needs NVML's GPM metrics, which the agent
-  does not read yet.
+  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (a 0..1 ratio, like dcgm-exporter's) comes from NVML's GPM
+  metrics (agent/nvml/readers/tensor_activity.py): only on Hopper and newer, and only from the
+  second sampling cycle on; elsewhere the series is absent.
 - Family and render(): a metric family and the text writer.
 """
 
@@ -186,6 +187,7 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit that the driver enforces (in W).", "power_limit_w"),
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_gpu_pct"),
     DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "util_mem_pct"),
+    DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipes are active.", "_tensor_active"),
     DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free_mib"),
     DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "_fb_used_mib"),
     DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask of NVML clocks event reasons).",
@@ -226,6 +228,8 @@ def _derive(m: dict[str, Any]) -> dict[str, Any]:
     m["_nvlink_bytes"] = None if tx is None or rx is None else tx + rx
     remap = m.get("remapped_rows_pending")
     m["_remap_pending"] = None if remap is None else int(remap)
+    tensor = m.get("tensor_active_pct")
+    m["_tensor_active"] = None if tensor is None else tensor / 100.0  # dcgm-exporter: a ratio
     return m
 
 
@@ -375,6 +379,8 @@ class NodeMetrics:
             ("rejected_samples", "laggard_agent_rejected_samples_total", "Samples the collector rejected for good (dropped)."),
             ("failed_attempts", "laggard_agent_push_failures_total", "Push attempts that failed and will be retried."),
             ("dropped", "laggard_agent_dropped_samples_total", "Samples dropped from the full queue while the collector was away."),
+            ("spool_corrupt", "laggard_agent_spool_corrupt_records_total", "Damaged spool records skipped (torn by a crash, or unreadable)."),
+            ("spool_write_errors", "laggard_agent_spool_write_errors_total", "Spool writes the disk refused (samples then wait in memory)."),
         ):
             if key in stats:
                 fam = Family(name, "counter", text, ("cluster", "node"))
@@ -383,6 +389,10 @@ class NodeMetrics:
         if "queued" in stats:
             fam = Family("laggard_agent_queued_samples", "gauge", "Samples waiting to be pushed.", ("cluster", "node"))
             fam.add((self.cluster, self.node), stats["queued"])
+            out.append(fam)
+        if "spool_bytes" in stats:
+            fam = Family("laggard_agent_spool_bytes", "gauge", "Size of the on-disk spool's files.", ("cluster", "node"))
+            fam.add((self.cluster, self.node), stats["spool_bytes"])
             out.append(fam)
         return out
 
@@ -401,8 +411,12 @@ class NodeMetrics:
 def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
     def read() -> dict[str, float]:
         s = pusher.stats
-        return {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
-                "dropped": pusher.dropped, "queued": len(pusher.queue)}
+        stats = {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
+                 "dropped": pusher.dropped, "queued": len(pusher.queue)}
+        spool = pusher.queue
+        if getattr(spool, "durable", False):  # agent/spool.py's DiskSpool
+            stats.update(spool_bytes=spool.size_bytes, spool_corrupt=spool.corrupt, spool_write_errors=spool.write_errors)
+        return stats
     return read
 
 

@@ -8,14 +8,13 @@ connection errors) is retried, without limit while the agent runs, after a cappe
 exponential backoff with jitter (honouring Retry-After up to the cap). Each retry re-reads
 the queue head, so samples that aged out while the collector was away are not resent.
 
-`SampleQueue` is the seam for the durable on-disk spool that replaces MemoryQueue later.
+`SampleQueue` is the seam between the pusher and where samples wait: MemoryQueue (bounded,
+in memory, lost on exit) or agent/spool.py's DiskSpool (bounded, on disk, survives a restart).
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
 import gzip
 import itertools
 import json
@@ -29,7 +28,7 @@ from typing import Protocol
 import httpx
 
 from agent import __version__
-from agent.sample import Sample, build_batch
+from agent.sample import Sample, build_batch, json_default
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +148,19 @@ class Pusher:
         # deep-copies every field and was most of the agent's encoding CPU. The output
         # is the same (tests/agent/test_push.py compares it with build_batch).
         body["samples"] = samples
-        data = json.dumps(body, separators=(",", ":"), default=_dataclass_fields).encode()
+        data = json.dumps(body, separators=(",", ":"), default=json_default).encode()
+        return self._compress(data)
+
+    def encode_encoded(self, payloads: list[bytes]) -> bytes:
+        """The request body for samples already encoded as JSON (DiskSpool.peek_encoded):
+        the same bytes encode() gives for the samples themselves, without encoding them again."""
+        body = build_batch([], node=self.node, cluster=self.cluster, labels=self.labels, agent_info=self.agent_info)
+        head = json.dumps(body, separators=(",", ":"))
+        assert head.endswith('"samples":[]}')  # samples is the last key: splice them in before "]}"
+        data = head[:-2].encode() + b",".join(payloads) + b"]}"
+        return self._compress(data)
+
+    def _compress(self, data: bytes) -> bytes:
         return gzip.compress(data, self.compresslevel) if self.use_gzip else data
 
     def send_once(self) -> float | None:
@@ -158,14 +169,15 @@ class Pusher:
         Returns None when the batch is settled (stored, rejected, or nothing to send),
         else the seconds to wait before retrying.
         """
-        head = self.queue.peek(self.batch_size)
+        peek_encoded = getattr(self.queue, "peek_encoded", None)
+        head = peek_encoded(self.batch_size) if peek_encoded is not None else self.queue.peek(self.batch_size)
         if not head:
             return None
         samples = [s for _, s in head]
         last_seq = head[-1][0]
         retry_after: float | None = None
         try:
-            content = self.encode(samples)
+            content = self.encode_encoded(samples) if peek_encoded is not None else self.encode(samples)
         except (TypeError, ValueError) as exc:  # a bug, not the network: retrying cannot help
             self._settled(last_seq)
             self.stats.rejected_batches += 1
@@ -274,19 +286,9 @@ class Pusher:
             self._thread.join()
         if flush_timeout > 0 and len(self.queue):
             if not self.flush(flush_timeout):
-                log.warning("exiting with %d unsent samples", len(self.queue))
+                kept = " (kept in the spool for the next start)" if getattr(self.queue, "durable", False) else ""
+                log.warning("exiting with %d unsent samples%s", len(self.queue), kept)
         self._client.close()
-
-
-@functools.lru_cache(maxsize=None)
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def _dataclass_fields(obj: object) -> dict[str, object]:
-    if not dataclasses.is_dataclass(obj):
-        raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-    return {name: getattr(obj, name) for name in _field_names(type(obj))}
 
 
 def _body_text(resp: httpx.Response, limit: int = 500) -> str:

@@ -4,7 +4,8 @@ Runs `python -m agent.cli --simulate H200:8 --interval 1` (8 simulated GPUs thro
 real pynvml bindings, 8 simulated IB ports through the real sysfs reader) as a child
 process pushing to a sink HTTP server in this process, and reads the child's own
 /proc/<pid>/stat (utime+stime) and /proc/<pid>/status (VmHWM). Only the agent is
-measured; the sink's cost stays in this process.
+measured; the sink's cost stays in this process. The agent spools to disk (agent/spool.py)
+in a fresh temporary directory, as a real agent does; `--spool-dir ''` measures it without.
 
     python bench/agent.py --duration 120
 Target: <= 0.5 % of one core and <= 50 MB peak RSS.
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,12 +85,20 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds excluded for start-up (default 10)")
     ap.add_argument("--simulate", default="H200:8")
     ap.add_argument("--interval", default="1")
+    ap.add_argument("--spool-dir", default=None,
+                    help="the agent's spool directory (default: a fresh temporary one; '' = no spool, memory queue)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
     args = ap.parse_args()
 
+    with tempfile.TemporaryDirectory(prefix="laggard-bench-spool-") as tmp:
+        spool_dir = os.path.join(tmp, "spool") if args.spool_dir is None else args.spool_dir
+        return measure(args, spool_dir)
+
+
+def measure(args: argparse.Namespace, spool_dir: str) -> int:
     sink = Sink()
     cmd = [sys.executable, "-m", "agent.cli", "--simulate", args.simulate, "--interval", args.interval,
-           "--collector", sink.url, "--node", "bench-node"]
+           "--collector", sink.url, "--node", "bench-node", "--spool-dir", spool_dir]
     env = dict(os.environ, PYTHONPATH=str(REPO), LAGGARD_LOG_LEVEL="WARNING")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
     try:
@@ -113,6 +123,7 @@ def main() -> int:
     cpu_pct = 100.0 * (cpu1 - cpu0) / wall
     result = {
         "command": " ".join(cmd[1:]),
+        "spool": bool(spool_dir),
         "measured_s": round(wall, 1),
         "startup_cpu_s": round(cpu0, 3),
         "cpu_pct_one_core": round(cpu_pct, 3),
@@ -124,7 +135,8 @@ def main() -> int:
         "cpu_ok": cpu_pct <= TARGET_CPU_PCT,
         "rss_ok": hwm_mb <= TARGET_RSS_MB,
     }
-    print(f"agent CPU: {cpu_pct:.3f} % of one core over {wall:.0f} s (target <= {TARGET_CPU_PCT} %)")
+    print(f"agent CPU: {cpu_pct:.3f} % of one core over {wall:.0f} s (target <= {TARGET_CPU_PCT} %), "
+          f"{'spool ' + spool_dir if spool_dir else 'no spool'}")
     print(f"agent peak RSS: {hwm_mb:.1f} MB (target <= {TARGET_RSS_MB:.0f} MB)")
     print(f"start-up CPU: {cpu0:.2f} s; samples received while measuring: {result['samples_received']}")
     if args.json:

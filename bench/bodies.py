@@ -44,6 +44,7 @@ def gpu_record(rng: random.Random, node: int, index: int, step: int) -> dict:
         "ecc_corrected_total": 0,
         "ecc_uncorrected_total": 0,
         "remapped_rows_pending": False,
+        "tensor_active_pct": round(rng.uniform(40.0, 70.0), 1) if busy else 0.0,  # GPM, as a Hopper agent sends it
         "xids": [],
     }
 

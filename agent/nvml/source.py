@@ -13,7 +13,7 @@ import time
 import pynvml
 from pynvml import NVMLError
 
-from agent.nvml.readers import READERS, Reader
+from agent.nvml.readers import READERS, Reader, bind_readers
 from agent.nvml.session import NvmlSession, is_lost, is_unsupported
 from agent.nvml.xid import XidWatcher
 from agent.sample import GpuSample
@@ -33,13 +33,13 @@ class NvmlGpuSource:
     """Reads every GPU NVML enumerates. Not thread-safe: one sampling thread per source."""
 
     def __init__(self, readers: list[Reader] | None = None) -> None:
-        self._readers = list(READERS if readers is None else readers)
         self._session = NvmlSession()
         try:
             self._count = pynvml.nvmlDeviceGetCount()
         except BaseException:
             self._session.close()
             raise
+        self._readers = bind_readers(READERS if readers is None else readers)
         self._handles: list[object | None] = [None] * self._count
         self._uuids: list[str | None] = [None] * self._count
         self._xid = XidWatcher()
@@ -152,6 +152,10 @@ class NvmlGpuSource:
 
     def close(self) -> None:
         self._xid.close()
+        if self._session.is_open:  # reader state (GPM samples) goes back before nvmlShutdown
+            for reader in self._readers:
+                if reader.close is not None:
+                    reader.close()
         self._session.close()
 
     def __enter__(self) -> NvmlGpuSource:

@@ -70,6 +70,7 @@ class GpuState:
     nvlink_recovery_rate: float = 0.0
     ecc_corrected_rate: float = 0.0
     ecc_uncorrected_rate: float = 0.0
+    tensor_active_pct: float = 0.0  # % of cycles the tensor pipes are busy (what GPM measures)
 
     @property
     def links_active(self) -> int:
@@ -96,6 +97,7 @@ class Counters:
     ecc_uncorrected: float = 0.0
     remap_correctable: int = 0
     remap_uncorrectable: int = 0
+    tensor_active_s: float = 0.0  # seconds of tensor-pipe activity: GPM samples snapshot it
 
 
 XidListener = Callable[["SimGpu", int], None]
@@ -125,6 +127,10 @@ class SimGpu:
         self._mem_util = rng.uniform(35.0, 55.0)
         self._mem_used_frac = rng.uniform(0.86, 0.93)
         self._pcie_bps = rng.uniform(1.0, 2.0) * GB
+        # Its own stream, seeded from the uuid, so adding tensor activity left every other
+        # seeded reading as it was.
+        self._tensor_rng = random.Random(f"{self.uuid}/tensor")
+        self._tensor_pct = model.tensor_busy_pct * self._tensor_rng.uniform(0.85, 1.15)
         self.state = self._compute()
 
     def new_handle(self) -> None:
@@ -206,6 +212,7 @@ class SimGpu:
         c.nvlink_recovery += s.nvlink_recovery_rate * dt
         c.ecc_corrected += s.ecc_corrected_rate * dt
         c.ecc_uncorrected += s.ecc_uncorrected_rate * dt
+        c.tensor_active_s += s.tensor_active_pct / 100.0 * dt
 
     @staticmethod
     def _rx_ratio(s: GpuState) -> float:
@@ -213,12 +220,23 @@ class SimGpu:
 
     def _compute(self) -> GpuState:
         s = self._baseline()
+        healthy_clock = s.sm_clock_mhz
         for fault in list(self.faults.values()):
             apply = FAULT_KINDS[fault.name].apply
             if apply:
                 apply(self, s, fault.arg)
+        s.tensor_active_pct = self._tensor_activity(s, healthy_clock)
         s.sm_clock_mhz = max(15, round(s.sm_clock_mhz / 15) * 15)  # NVML clocks step in 15 MHz
         return s
+
+    def _tensor_activity(self, s: GpuState, healthy_clock: float) -> float:
+        """Busy: this GPU's own level, noisy; idle: none. A GPU slowed below its healthy
+        clock (thermal, power brake, stuck clocks) is modelled as keeping its tensor pipes fed
+        for a proportionally smaller share of the time."""
+        if not s.busy or self._tensor_pct <= 0:
+            return 0.0
+        pct = self._tensor_rng.gauss(self._tensor_pct, 2.0) * min(1.0, s.sm_clock_mhz / healthy_clock)
+        return max(0.0, min(100.0, pct))
 
     def _baseline(self) -> GpuState:
         m, r = self.model, self.rng

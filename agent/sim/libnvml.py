@@ -107,6 +107,16 @@ class _EventSet:
             self.cond.notify_all()
 
 
+class _GpmSample:
+    """What nvmlGpmSampleGet snapshots: the sim clock and the tensor-activity counter."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+        self.gpu: SimGpu | None = None  # None until filled by nvmlGpmSampleGet
+        self.ts = 0.0
+        self.tensor_active_s = 0.0
+
+
 class SimNvmlLib:
     def __init__(self, default_node: SimNode | None = None, *, omit: Iterable[str] = ()) -> None:
         omit = frozenset(omit)
@@ -117,6 +127,8 @@ class SimNvmlLib:
         self._inits: dict[SimNode, int] = {}
         self._event_sets: dict[int, _EventSet] = {}
         self._set_addresses = itertools.count(0x7F000000, 0x100)
+        self._gpm_samples: dict[int, _GpmSample] = {}
+        self._gpm_addresses = itertools.count(0x7E000000, 0x100)
         self.default_node = default_node
         funcs = {}
         for name, (restype, argtypes, impl) in _API.items():
@@ -209,6 +221,17 @@ class SimNvmlLib:
         if gpu is None:
             raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
         return self._check(gpu)
+
+    def _gpm_sample(self, address: int | None) -> _GpmSample:
+        sample = self._gpm_samples.get(address or 0)
+        if sample is None:
+            raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+        return sample
+
+    @property
+    def gpm_samples_allocated(self) -> int:
+        """GPM samples allocated and not freed yet (a leak check for tests)."""
+        return len(self._gpm_samples)
 
     def _event_set(self, address: int | None) -> _EventSet:
         es = self._event_sets.get(address or 0)
@@ -611,6 +634,92 @@ def _nvmlEventSetFree(lib: SimNvmlLib, set_address: int) -> None:
             raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
         for gpu in es.gpus:
             gpu.remove_xid_listener(es.on_xid)
+
+
+# --- GPM (GPU Performance Monitoring, Hopper+) -------------------------------------------------
+# Metrics come from two samples: the activity counters' growth over the time between them.
+# Only NVML_GPM_METRIC_ANY_TENSOR_UTIL is simulated; other metric ids answer NOT_SUPPORTED in
+# their own entry, as NVML does per metric.
+
+_GPM_SAMPLE = c_void_p  # nvmlGpmSample_t is an opaque pointer
+_TENSOR_INFO = (b"any_tensor_util", b"Percentage of time the SMs were doing any tensor operations", b"%")
+
+
+def _gpm_device(lib: SimNvmlLib, handle: int) -> SimGpu:
+    gpu = lib._device(handle)
+    if not gpu.model.gpm:
+        raise _Return(N.NVML_ERROR_NOT_SUPPORTED)
+    return gpu
+
+
+@_export(_DEV, POINTER(N.c_nvmlGpmSupport_t))
+def _nvmlGpmQueryDeviceSupport(lib: SimNvmlLib, handle: int, out: Any) -> None:
+    # Like NVML: a GPU without GPM is a successful answer with isSupportedDevice = 0.
+    gpu = lib._device(handle)
+    if not out:
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+    if out.contents.version != N.NVML_GPM_SUPPORT_VERSION:
+        raise _Return(N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    out.contents.isSupportedDevice = int(gpu.model.gpm)
+
+
+@_export(POINTER(N.c_nvmlGpmSample_t))
+def _nvmlGpmSampleAlloc(lib: SimNvmlLib, out: Any) -> None:
+    lib._initialized_node()
+    if not out:
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+    with lib._lock:
+        sample = _GpmSample(next(lib._gpm_addresses))
+        lib._gpm_samples[sample.address] = sample
+    _put(out, ctypes.cast(c_void_p(sample.address), N.c_nvmlGpmSample_t))
+
+
+@_export(_GPM_SAMPLE)
+def _nvmlGpmSampleFree(lib: SimNvmlLib, address: int) -> None:
+    with lib._lock:
+        if lib._gpm_samples.pop(address or 0, None) is None:
+            raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+
+
+@_export(_DEV, _GPM_SAMPLE)
+def _nvmlGpmSampleGet(lib: SimNvmlLib, handle: int, address: int) -> None:
+    gpu = _gpm_device(lib, handle)
+    sample = lib._gpm_sample(address)
+    with gpu.node.lock:
+        sample.gpu, sample.ts, sample.tensor_active_s = gpu, gpu.node.last_ts or 0.0, gpu.counters.tensor_active_s
+
+
+def _tensor_util(first: _GpmSample, second: _GpmSample) -> float:
+    dt = second.ts - first.ts
+    if dt <= 0:
+        # Two samples at the same simulated instant: the activity right now, as a real
+        # pair taken moments apart would measure.
+        return float(second.gpu.state.tensor_active_pct)
+    return max(0.0, min(100.0, 100.0 * (second.tensor_active_s - first.tensor_active_s) / dt))
+
+
+@_export(POINTER(N.c_nvmlGpmMetricsGet_t))
+def _nvmlGpmMetricsGet(lib: SimNvmlLib, request: Any) -> None:
+    if not request:
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+    req = request.contents
+    if req.version != N.NVML_GPM_METRICS_GET_VERSION:
+        raise _Return(N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    if req.numMetrics > len(req.metrics):
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+    first = lib._gpm_sample(ctypes.cast(req.sample1, c_void_p).value)
+    second = lib._gpm_sample(ctypes.cast(req.sample2, c_void_p).value)
+    if first.gpu is None or second.gpu is not first.gpu:
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)  # unfilled, or from two different GPUs
+    lib._check(first.gpu)
+    for i in range(req.numMetrics):
+        metric = req.metrics[i]
+        if metric.metricId == N.NVML_GPM_METRIC_ANY_TENSOR_UTIL:
+            metric.value = _tensor_util(first, second)
+            metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = _TENSOR_INFO
+            metric.nvmlReturn = N.NVML_SUCCESS
+        else:
+            metric.nvmlReturn = N.NVML_ERROR_NOT_SUPPORTED
 
 
 __all__ = ["PRE_535_DRIVER", "SimNvmlLib"]

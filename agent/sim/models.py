@@ -39,6 +39,8 @@ class GpuModel:
     mem_temp_offset_c: float | None  # HBM sensor vs core; None: memory temp NotSupported
     ecc: bool  # ECC counters (NotSupported on GeForce)
     row_remapping: bool  # Ampere+ datacenter parts
+    gpm: bool = False  # GPU Performance Monitoring (Hopper+ datacenter parts); else NotSupported
+    tensor_busy_pct: float = 0.0  # typical % of cycles with tensor pipes active in a busy training step (GPM models)
 
 
 H100_SXM5_80GB = GpuModel(
@@ -64,6 +66,8 @@ H100_SXM5_80GB = GpuModel(
     mem_temp_offset_c=8.0,
     ecc=True,
     row_remapping=True,
+    gpm=True,
+    tensor_busy_pct=55.0,
 )
 
 H200_SXM_141GB = GpuModel(
@@ -89,6 +93,8 @@ H200_SXM_141GB = GpuModel(
     mem_temp_offset_c=9.0,
     ecc=True,
     row_remapping=True,
+    gpm=True,
+    tensor_busy_pct=55.0,
 )
 
 A100_SXM4_80GB = GpuModel(

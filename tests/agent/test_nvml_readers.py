@@ -20,7 +20,11 @@ KIB = 1024
 
 def test_every_field_populated_for_a_busy_h100(source, sim):
     _, node = sim
-    samples = source.read(0.0)
+    first = source.read(0.0)
+    # GPM metrics come from two samples: nothing to compare with on the first cycle.
+    assert [s.tensor_active_pct for s in first] == [None] * 8
+    node.advance(10.0)
+    samples = source.read(10.0)
     assert [s.index for s in samples] == list(range(8))
     for s, g in zip(samples, node.gpus):
         assert not s.lost
@@ -31,7 +35,7 @@ def test_every_field_populated_for_a_busy_h100(source, sim):
         assert s.pci_bus_id == g.pci_bus_id
         assert s.xids == []
     assert sum(source.reader_errors.values()) == 0
-    assert all(n == 8 for n in source.reader_runs.values())
+    assert all(n == 16 for n in source.reader_runs.values())
     assert all(sec > 0 for sec in source.reader_seconds.values())
 
 
@@ -64,13 +68,16 @@ def test_not_supported_leaves_none_and_is_not_an_error(install):
     node = SimNode("gaming", "rtx4090", 2, workload="busy")
     install(SimNvmlLib(node))
     with NvmlGpuSource() as src:
-        s = src.read(0.0)[0]
+        src.read(0.0)
+        node.advance(10.0)  # a second cycle, where GPM would have had its two samples
+        s = src.read(10.0)[0]
         errors = dict(src.reader_errors)
     unsupported = {f for f in GPU_METRIC_FIELDS if f.startswith("nvlink_")} | {
         "mem_temp_c",
         "ecc_corrected_total",
         "ecc_uncorrected_total",
         "remapped_rows_pending",
+        "tensor_active_pct",  # GPM: Hopper and newer datacenter parts only
     }
     for f in GPU_METRIC_FIELDS:
         assert (getattr(s, f) is None) == (f in unsupported), f
@@ -114,7 +121,8 @@ def test_one_failing_call_costs_only_its_reader(source, sim):
     broken = samples[2]
     assert broken.power_w is None
     assert not broken.lost
-    others = [f for f in GPU_METRIC_FIELDS if f not in ("power_w", "power_limit_w")]
+    # (tensor_active_pct is None on every GPU on the first cycle: GPM needs two samples)
+    others = [f for f in GPU_METRIC_FIELDS if f not in ("power_w", "power_limit_w", "tensor_active_pct")]
     assert all(getattr(broken, f) is not None for f in others)
     assert all(s.power_w is not None for i, s in enumerate(samples) if i != 2)
     assert source.reader_errors["power"] == 1

@@ -107,3 +107,19 @@ def test_error_codes_map_to_pynvml_exceptions_and_strings(install):
         pynvml.nvmlShutdown()
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         pynvml.nvmlDeviceGetCount()
+
+
+def test_gpm_layouts_and_calls_the_reader_and_simulator_rely_on():
+    # agent/nvml/readers/tensor_activity.py fills nvmlGpmMetricsGet_t itself and the simulated
+    # library reads it through POINTER(c_nvmlGpmMetricsGet_t): both need pynvml's layout.
+    def names(struct):
+        return [f[0] for f in struct._fields_]
+
+    assert names(pynvml.c_nvmlGpmMetricsGet_t) == ["version", "numMetrics", "sample1", "sample2", "metrics"]
+    assert names(pynvml.c_nvmlGpmMetric_t) == ["metricId", "nvmlReturn", "value", "metricInfo"]
+    assert names(pynvml.c_nvmlGpmSupport_t) == ["version", "isSupportedDevice"]
+    assert pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL == 5
+    assert pynvml.NVML_GPM_METRICS_GET_VERSION == 1 and pynvml.NVML_GPM_SUPPORT_VERSION == 1
+    assert "fn(byref(metricsGet))" in inspect.getsource(pynvml.nvmlGpmMetricsGet)
+    assert "fn(device, gpmSample)" in inspect.getsource(pynvml.nvmlGpmSampleGet)
+    assert "fn(byref(gpmSample))" in inspect.getsource(pynvml.nvmlGpmSampleAlloc)
