@@ -7,6 +7,7 @@ pod spec; a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -16,7 +17,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 from agent import __version__
 from agent.push import MemoryQueue, Pusher, SampleQueue
@@ -132,7 +135,16 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                    help="cap on the spool's size, oldest samples dropped first (e.g. 1GiB; "
                         "env LAGGARD_SPOOL_MAX_BYTES; default 256MiB)")
     p.add_argument("--token", default=env.get("LAGGARD_TOKEN") or None,
-                   help="bearer token for the collector (env LAGGARD_TOKEN)")
+                   help="bearer token with the agent scope for the collector (env LAGGARD_TOKEN)")
+    p.add_argument("--token-file", metavar="PATH", default=env.get("LAGGARD_TOKEN_FILE") or None,
+                   help="read the token from this file, e.g. a mounted Secret (env LAGGARD_TOKEN_FILE)")
+    p.add_argument("--ca-bundle", metavar="PATH", default=env.get("LAGGARD_CA_BUNDLE") or None,
+                   help="verify an https:// collector against these CA certificates (PEM) instead of the system's "
+                        "(env LAGGARD_CA_BUNDLE)")
+    p.add_argument("--allow-insecure-http", action="store_true",
+                   default=env.get("LAGGARD_ALLOW_INSECURE_HTTP", "").lower() in {"1", "true", "yes"},
+                   help="allow a plain http:// collector that is not on this host: the token and the samples travel "
+                        "unencrypted (env LAGGARD_ALLOW_INSECURE_HTTP=1; fine behind a service mesh that encrypts)")
     p.add_argument("--once", action="store_true", help="take one sample, print it as a v1 batch, exit; no push")
     p.add_argument("--output", metavar="PATH", default=None,
                    help="with --once: where to write the JSON ('-' = stdout, the default); implies --once")
@@ -170,6 +182,17 @@ class Config:
     metrics_port: str | None = None  # [HOST:]PORT of the node's own /metrics (agent/metrics.py)
     spool_dir: str | None = None  # None: unsent samples wait in memory only (agent/spool.py)
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    ca_bundle: str | None = None  # PEM CA certificates for an https:// collector; None: the system's
+
+
+def is_loopback_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
@@ -194,6 +217,17 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         labels.update(parse_labels(args.label, "--label"))
         if not args.collector.startswith(("http://", "https://")):
             raise UsageError(f"--collector {args.collector!r}: expected an http:// or https:// URL")
+        if args.collector.startswith("http://") and not args.allow_insecure_http and not is_loopback_url(args.collector):
+            raise UsageError(f"--collector {args.collector}: plain HTTP to another host would send the token and the samples "
+                             "unencrypted; use https:// (with --ca-bundle for a private CA) or pass --allow-insecure-http")
+        if args.ca_bundle and not os.path.isfile(args.ca_bundle):
+            raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
+        token = args.token
+        if args.token_file:
+            try:
+                token = Path(args.token_file).read_text().strip()
+            except OSError as exc:
+                raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
         simulate = parse_simulate(args.simulate) if args.simulate else None
         if args.fault and simulate is None:
             raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
@@ -217,7 +251,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     node = args.node or env.get("NODE_NAME") or socket.gethostname()
     return Config(
         collector=args.collector, interval=interval, node=node, cluster=args.cluster, labels=labels,
-        sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=args.token,
+        sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=token, ca_bundle=args.ca_bundle,
         once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
         faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
         spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
@@ -331,7 +365,7 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
     queue = open_queue(cfg)
     pusher = Pusher(
         cfg.collector, node=cfg.node, cluster=cfg.cluster, labels=cfg.labels, agent_info=agent_info(sources.gpus),
-        token=cfg.token, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
+        token=cfg.token, ca_bundle=cfg.ca_bundle, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
         queue=queue,
     ).start()
     sink, metrics_server = pusher, None

@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import random
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ class Pusher:
         labels: dict[str, str] | None = None,
         agent_info: dict[str, str | None] | None = None,
         token: str | None = None,
+        ca_bundle: str | None = None,
         batch_size: int = 4,
         max_delay: float = 10.0,
         queue: SampleQueue | None = None,
@@ -121,7 +123,9 @@ class Pusher:
         headers = {"Content-Type": "application/json", "User-Agent": f"laggard-agent/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(headers=headers, timeout=timeout)
+        # https:// is verified against the system CAs, or against ca_bundle (a private CA).
+        verify = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
+        self._client = httpx.Client(headers=headers, timeout=timeout, verify=verify)
         self._wake = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -36,7 +36,7 @@ def test_defaults_without_env():
 
 def test_env_fallbacks():
     env = {
-        "LAGGARD_COLLECTOR_URL": "http://collector:9000",
+        "LAGGARD_COLLECTOR_URL": "https://collector:9000",
         "LAGGARD_INTERVAL": "1",
         "NODE_NAME": "gpu-node-7",
         "LAGGARD_CLUSTER": "train-a",
@@ -46,7 +46,7 @@ def test_env_fallbacks():
         "LAGGARD_BATCH": "6",
     }
     cfg = parse_config([], env=env)
-    assert cfg.collector == "http://collector:9000"
+    assert cfg.collector == "https://collector:9000"
     assert cfg.interval == 1.0
     assert cfg.node == "gpu-node-7"
     assert cfg.cluster == "train-a"
@@ -54,6 +54,33 @@ def test_env_fallbacks():
     assert cfg.sysfs_root == "/host/sys"
     assert cfg.token == "t0k"
     assert cfg.batch == 6
+
+
+@pytest.mark.parametrize(("url", "allowed"), [
+    ("http://127.0.0.1:8080", True), ("http://localhost:8080", True), ("http://[::1]:8080", True), ("http://127.3.2.1", True),
+    ("https://collector:8080", True), ("http://collector:8080", False), ("http://10.0.0.5:8080", False),
+])
+def test_plain_http_only_to_this_host_unless_allowed(url, allowed, capsys):
+    if allowed:
+        assert parse_config(["--collector", url], env={}).collector == url
+    else:
+        with pytest.raises(SystemExit) as exit_:
+            parse_config(["--collector", url], env={})
+        assert exit_.value.code == 2 and "--allow-insecure-http" in capsys.readouterr().err
+        assert parse_config(["--collector", url, "--allow-insecure-http"], env={}).collector == url
+        assert parse_config(["--collector", url], env={"LAGGARD_ALLOW_INSECURE_HTTP": "1"}).collector == url
+
+
+def test_token_from_a_file_and_a_ca_bundle_that_must_exist(tmp_path, capsys):
+    token_file = tmp_path / "token"
+    token_file.write_text("lgd_0123456789ab_secret\n")
+    cfg = parse_config(["--token-file", str(token_file)], env={"LAGGARD_CA_BUNDLE": str(token_file)})
+    assert cfg.token == "lgd_0123456789ab_secret" and cfg.ca_bundle == str(token_file)
+    with pytest.raises(SystemExit):
+        parse_config(["--ca-bundle", str(tmp_path / "missing.pem")], env={})
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(["--token-file", str(tmp_path / "missing")], env={})
 
 
 def test_flags_win_over_env():
