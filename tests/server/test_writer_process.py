@@ -150,4 +150,5 @@ def test_a_killed_writer_process_means_503s_then_a_new_writer_and_no_acknowledge
         assert wanted <= stored
     finally:
         engine.dispose()
-    assert collector.stop() == 0
+    code = collector.stop()
+    assert code == 0, "".join(collector.log)
