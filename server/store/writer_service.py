@@ -100,7 +100,9 @@ def serve(address: str, authkey: bytes, database_url: str, group_max: int, ready
     engine = make_engine(database_url)
     writer = IngestWriter(engine, threads=1, group_max=group_max)
     writer.start()
-    listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    # The default backlog is 1: workers connecting at the same moment (each one's handshake
+    # holds the accept loop) were refused, and a worker refused at start failed its startup.
+    listener = Listener(address, family="AF_UNIX", backlog=128, authkey=authkey)
     threading.Thread(target=_accept, args=(listener, writer), name="writer-accept", daemon=True).start()
     if ready is not None:
         ready.set()
@@ -165,7 +167,11 @@ class RemoteWriter:
         self._ids = itertools.count()
 
     def start(self) -> None:
-        self._connect()
+        try:
+            self._connect()
+        except WriterUnavailable as exc:
+            # Not fatal: every request connects if there is no connection (503 until it can).
+            log.warning("ingest writer process not reachable yet (%s); connecting on the first request", exc)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._decoder.shutdown(wait=True)

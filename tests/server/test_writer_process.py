@@ -70,6 +70,7 @@ def collector(sqlite_url, unused_port):
     yield c
     if c.proc.poll() is None:
         c.stop()
+    print("".join(c.log))  # shown by pytest when the test failed
 
 
 @pytest.fixture
