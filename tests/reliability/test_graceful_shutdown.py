@@ -18,6 +18,7 @@ from tests.reliability.collector import CollectorProcess
 from tests.server.payloads import batch, encode
 
 CLIENTS = 8
+ROUNDS = 12
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -28,14 +29,23 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(sqlite_url, tmp_path, w
     lock = threading.Lock()
     stop = threading.Event()
 
+    # Large bodies (200 samples x 8 GPUs) keep requests in flight for a while; built up front so
+    # that the clients spend their time waiting on the collector, not encoding.
+    bodies = {c: [batch(node=f"n{c}", samples=200, gpus=8, ts=t0 + r * 200) for r in range(ROUNDS)] for c in range(CLIENTS)}
+    encoded = {c: [encode(b, gzipped=True) for b in bs] for c, bs in bodies.items()}
+    sending = threading.Event()  # set as a request starts once the collector is warm: SIGTERM then
+
+    def on_request(_request) -> None:
+        if len(results) >= 2 * CLIENTS:
+            sending.set()
+
     def client(c: int) -> None:
-        with httpx.Client(base_url=collector.url, timeout=30) as http:
-            for r in range(10_000):
+        with httpx.Client(base_url=collector.url, timeout=30, event_hooks={"request": [on_request]}) as http:
+            for r in range(ROUNDS):
                 if stop.is_set():
                     return
-                # Large bodies (200 samples x 8 GPUs) keep requests in flight for a while.
-                body = batch(node=f"n{c}", samples=200, gpus=8, ts=t0 + r * 200)
-                content, headers = encode(body, gzipped=True)
+                body = bodies[c][r]
+                content, headers = encoded[c][r]
                 sent = time.monotonic()
                 try:
                     status: int | str = http.post("/api/v1/samples", content=content, headers=headers).status_code
@@ -49,8 +59,8 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(sqlite_url, tmp_path, w
     threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
     for t in threads:
         t.start()
-    while len(results) < 2 * CLIENTS:
-        time.sleep(0.05)
+    assert sending.wait(60), "the clients never got going"
+    time.sleep(0.005)  # its body is on its way: the request is in flight
     term_at = time.monotonic()
     collector.proc.send_signal(signal.SIGTERM)
     exit_code = collector.proc.wait(60)
