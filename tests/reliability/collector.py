@@ -109,3 +109,22 @@ def join_checked(thread: threading.Thread, timeout: float = 180.0) -> None:
     assert not thread.is_alive(), "pushing did not finish"
     if thread.errors:  # type: ignore[attr-defined]
         raise thread.errors[0]  # type: ignore[attr-defined]
+
+
+def stored_gpu_samples(database_url: str) -> set[tuple[str, float]]:
+    """(GPU uuid, ts) of every GPU sample in the database."""
+    from sqlalchemy import text
+
+    from server.store.engine import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return set(conn.execute(text("SELECT g.uuid, s.ts FROM gpu_samples s JOIN gpus g ON g.id = s.gpu_id")).all())
+    finally:
+        engine.dispose()
+
+
+def sample_keys(bodies) -> set[tuple[str, float]]:
+    """(GPU uuid, ts) of every GPU sample in these request bodies."""
+    return {(g["uuid"], s["ts"]) for b in bodies for s in b["samples"] for g in s["gpus"]}

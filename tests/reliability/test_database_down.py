@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 
 import httpx
-from sqlalchemy import text
 
 from server.app import create_app
 from server.serve import start_in_thread
 from server.settings import Settings
-from server.store.engine import make_engine
+from tests.reliability.collector import sample_keys, stored_gpu_samples
 from tests.reliability.tcp_proxy import TcpProxy
 from tests.server.payloads import batch, encode
 
@@ -68,10 +67,5 @@ def test_ingest_answers_503_while_the_database_is_down_and_recovers(postgres_url
     finally:
         server.stop()
         proxy.down()
-    engine = make_engine(postgres_url)
-    try:
-        with engine.connect() as conn:
-            stored = set(conn.execute(text("SELECT g.uuid, s.ts FROM gpu_samples s JOIN gpus g ON g.id = s.gpu_id")).all())
-    finally:
-        engine.dispose()
-    assert {(g["uuid"], s["ts"]) for b in acked for s in b["samples"] for g in s["gpus"]} <= stored
+    stored = stored_gpu_samples(postgres_url)
+    assert sample_keys(acked) <= stored

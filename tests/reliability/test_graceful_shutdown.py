@@ -11,10 +11,12 @@ import time
 
 import httpx
 import pytest
-from sqlalchemy import text
 
-from server.store.engine import make_engine
-from tests.reliability.collector import CollectorProcess
+from tests.reliability.collector import (
+    CollectorProcess,
+    sample_keys,
+    stored_gpu_samples,
+)
 from tests.server.payloads import batch, encode
 
 CLIENTS = 8
@@ -73,11 +75,6 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(sqlite_url, tmp_path, w
     assert not {s for s in statuses if isinstance(s, int) and s != 200}, statuses
     finished_after_term = [r for r in results if r[0] < term_at < r[1] and r[2] == 200]
     assert finished_after_term, "no request was in flight at SIGTERM: make the bodies larger"
-    engine = make_engine(sqlite_url)
-    try:
-        with engine.connect() as conn:
-            stored = set(conn.execute(text("SELECT g.uuid, s.ts FROM gpu_samples s JOIN gpus g ON g.id = s.gpu_id")).all())
-    finally:
-        engine.dispose()
-    acked = {(g["uuid"], s["ts"]) for _, _, status, body in results if status == 200 for s in body["samples"] for g in s["gpus"]}
+    stored = stored_gpu_samples(sqlite_url)
+    acked = sample_keys(body for _, _, status, body in results if status == 200)
     assert acked and acked <= stored
