@@ -27,7 +27,7 @@ from agent.runner import Runner, collect
 from agent.sample import NicSample, build_batch
 from agent.spool import MIN_MAX_BYTES as MIN_SPOOL_BYTES
 from agent.spool import DiskSpool, SpoolError
-from agent.sysfs.infiniband import read_ib_ports
+from agent.sysfs.infiniband import IbPorts
 
 log = logging.getLogger("agent")
 
@@ -293,7 +293,13 @@ class Sources:
 
 def real_sources(cfg: Config) -> Sources:
     gpus = open_real_gpus()
-    return Sources(gpus, lambda ts: read_ib_ports(cfg.sysfs_root), gpus.close)
+    ports = IbPorts(cfg.sysfs_root)
+
+    def close() -> None:
+        ports.close()
+        gpus.close()
+
+    return Sources(gpus, lambda ts: ports.read(), close)
 
 
 def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -> Sources:
@@ -308,7 +314,7 @@ def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -
             raise UsageError(f"--fault {spec!r}: there is no GPU {gpu} (simulating {count}: gpu0..gpu{count - 1})")
     fleet = SimFleet()
     try:
-        sim = fleet.add_node(node, model=model, gpus=count, faults=faults)
+        sim = fleet.add_node(node, model=model, gpus=count, faults=faults, keep_files_open=True)
     except BaseException:
         fleet.close()
         raise

@@ -7,6 +7,7 @@ classes of them: "the GPU does not have this" (leave the field None, not an erro
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -55,6 +56,16 @@ _VALUE_MEMBER = {
 }
 
 
+class FieldValueView(ctypes.Structure):
+    """pynvml's nvmlFieldValue_t layout (its own _fields_) as a plain ctypes struct.
+
+    pynvml's struct classes route every attribute get and set through Python-level hooks
+    (for printing); reading a returned array through this view of the same memory costs a
+    fraction of that, and the field values are read for every GPU on every cycle."""
+
+    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
+
+
 def field_values(handle: Any, field_ids: list[Any]) -> list[int | float | None]:
     """nvmlDeviceGetFieldValues decoded: one value per id, None where that field is unsupported.
 
@@ -68,7 +79,7 @@ def field_values(handle: Any, field_ids: list[Any]) -> list[int | float | None]:
             return [None] * len(field_ids)
         raise
     out: list[int | float | None] = []
-    for fv in values:
+    for fv in (FieldValueView * len(values)).from_buffer(values):
         if fv.nvmlReturn in UNSUPPORTED_CODES:
             out.append(None)
         elif fv.nvmlReturn != pynvml.NVML_SUCCESS:

@@ -7,6 +7,7 @@ the others are read normally.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -29,6 +30,13 @@ class _GpuLost(Exception):
     pass
 
 
+# The static facts (readers with static=True) are read again this often even when the GPU
+# keeps its handle: cheap insurance against a fact that changes under a long-lived handle.
+STATIC_REFRESH_S = 600.0
+
+_FACT_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "lost", "xids"})
+
+
 class NvmlGpuSource:
     """Reads every GPU NVML enumerates. Not thread-safe: one sampling thread per source."""
 
@@ -40,7 +48,11 @@ class NvmlGpuSource:
             self._session.close()
             raise
         self._readers = bind_readers(READERS if readers is None else readers)
+        self._static_readers = [r for r in self._readers if r.static]
+        self._live_readers = [r for r in self._readers if not r.static]
         self._handles: list[object | None] = [None] * self._count
+        # Per GPU: (field, value) pairs the static readers filled in, and when; None = read them.
+        self._facts: list[tuple[tuple[tuple[str, object], ...], float] | None] = [None] * self._count
         self._uuids: list[str | None] = [None] * self._count
         self._xid = XidWatcher()
         # Per-reader counters for a metrics endpoint: calls, failures (NotSupported is not a
@@ -94,10 +106,34 @@ class NvmlGpuSource:
         return gpu
 
     def _run_readers(self, index: int, handle: object, gpu: GpuSample) -> int:
-        """Run every reader on one GPU; how many the GPU answered. Raises _GpuLost."""
-        answered = 0  # readers the GPU answered (data or NotSupported)
-        unknown = 0
-        for reader in self._readers:
+        """Run the readers on one GPU; how many the GPU answered. Raises _GpuLost.
+
+        Static facts read earlier are copied in, not read: they count as neither answered
+        nor failed, so a GPU that now answers nothing is still found unreachable."""
+        answered = unknown = 0  # readers the GPU answered (data or NotSupported); UNKNOWN failures
+        facts = self._facts[index]
+        now = time.monotonic()
+        if facts is not None and now - facts[1] < STATIC_REFRESH_S:
+            for name, value in facts[0]:
+                setattr(gpu, name, value)
+        else:
+            answered, unknown, failed = self._run(self._static_readers, index, handle, gpu)
+            if not failed:  # a fact that could not be read now is tried again next time
+                known = tuple((name, getattr(gpu, name)) for name in _FACT_FIELDS if getattr(gpu, name) is not None)
+                self._facts[index] = (known, now)
+        live_answered, live_unknown, _ = self._run(self._live_readers, index, handle, gpu)
+        answered += live_answered
+        unknown += live_unknown
+        if answered == 0 and unknown:
+            # Nothing answered and the driver cannot say why: unreachable, same as lost.
+            raise _GpuLost
+        return answered
+
+    def _run(self, readers: list[Reader], index: int, handle: object, gpu: GpuSample) -> tuple[int, int, int]:
+        """(answered, failed with UNKNOWN, failed) over these readers. Raises _GpuLost."""
+        answered = unknown = failed = 0
+        runs, seconds = self.reader_runs, self.reader_seconds
+        for reader in readers:
             start = time.perf_counter()
             try:
                 reader.read(handle, gpu)
@@ -109,18 +145,16 @@ class NvmlGpuSource:
                     answered += 1
                 else:
                     unknown += err.value == pynvml.NVML_ERROR_UNKNOWN
+                    failed += 1
                     self._failed(reader.name, index, err)
             except Exception as err:  # a bug in one reader must not cost the others
+                failed += 1
                 self._failed(reader.name, index, err)
             finally:
-                self.reader_runs[reader.name] = self.reader_runs.get(reader.name, 0) + 1
-                self.reader_seconds[reader.name] = (
-                    self.reader_seconds.get(reader.name, 0.0) + time.perf_counter() - start
-                )
-        if answered == 0 and unknown:
-            # Nothing answered and the driver cannot say why: unreachable, same as lost.
-            raise _GpuLost
-        return answered
+                name = reader.name
+                runs[name] = runs.get(name, 0) + 1
+                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        return answered, unknown, failed
 
     def _failed(self, name: str, index: int, err: BaseException) -> None:
         self.reader_errors[name] = self.reader_errors.get(name, 0) + 1
@@ -147,6 +181,7 @@ class NvmlGpuSource:
             if is_lost(err):
                 return None
         self._handles[index] = handle
+        self._facts[index] = None  # a new handle: read its static facts again
         self._xid.register(index, handle, self._uuids[index])
         return handle
 

@@ -18,16 +18,21 @@ from agent.sim.gpu import SimNode
 from agent.sim.infiniband import SimIbTree, is_ib_fault
 from agent.sim.install import install_simulated_nvml, uninstall_simulated_nvml
 from agent.sim.libnvml import SimNvmlLib
-from agent.sysfs.infiniband import read_ib_ports
+from agent.sysfs.infiniband import IbPorts, read_ib_ports
 
 
 class SimulatedNode:
-    """One node's GPU source (NvmlGpuSource over the simulated library) and IB ports."""
+    """One node's GPU source (NvmlGpuSource over the simulated library) and IB ports.
 
-    def __init__(self, lib: SimNvmlLib, sim: SimNode, ib: SimIbTree):
+    `keep_files_open`: read the IB tree as the agent does on a real node (IbPorts), and write
+    it through descriptors kept open: ~200 open files per node, so off for a fleet in one
+    process, where that many per node adds up."""
+
+    def __init__(self, lib: SimNvmlLib, sim: SimNode, ib: SimIbTree, *, keep_files_open: bool = False):
         self.lib = lib
         self.sim = sim
         self.ib = ib
+        self._ports = IbPorts(ib.root) if keep_files_open else None
         with lib.node(sim):
             self.source = NvmlGpuSource()
 
@@ -41,7 +46,7 @@ class SimulatedNode:
 
     def read_nics(self, ts: float) -> list[NicSample]:
         self.ib.advance(ts)
-        return read_ib_ports(self.ib.root)
+        return self._ports.read() if self._ports is not None else read_ib_ports(self.ib.root)
 
     def driver_version(self) -> str | None:
         with self.lib.node(self.sim):
@@ -61,6 +66,9 @@ class SimulatedNode:
     def close(self) -> None:
         with self.lib.node(self.sim):
             self.source.close()
+        if self._ports is not None:
+            self._ports.close()
+        self.ib.close()
         shutil.rmtree(self.ib.root, ignore_errors=True)
 
 
@@ -71,17 +79,20 @@ class SimFleet:
         self.nodes: list[SimulatedNode] = []
 
     def add_node(
-        self, name: str, *, model: str = "h100", gpus: int = 8, nics: int = 8, faults: list[str] = (), workload: str = "busy", seed: int = 0
+        self, name: str, *, model: str = "h100", gpus: int = 8, nics: int = 8, faults: list[str] = (), workload: str = "busy", seed: int = 0,
+        keep_files_open: bool = False,
     ) -> SimulatedNode:
         # tmpfs when there is one: the IB simulator rewrites its counter files every sample.
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        ib = SimIbTree(tempfile.mkdtemp(prefix=f"laggard-sim-ib-{name}-", dir=shm), devices=nics, seed=f"{name}/{seed}")
+        ib = SimIbTree(tempfile.mkdtemp(prefix=f"laggard-sim-ib-{name}-", dir=shm), devices=nics, seed=f"{name}/{seed}",
+                       keep_open=keep_files_open)
         try:
             sim = SimNode(name=name, model=model, gpus=gpus, workload=workload, seed=seed)
-            node = SimulatedNode(self.lib, sim, ib)
+            node = SimulatedNode(self.lib, sim, ib, keep_files_open=keep_files_open)
             for spec in faults:
                 node.inject(spec)
         except BaseException:
+            ib.close()
             shutil.rmtree(ib.root, ignore_errors=True)
             raise
         self.nodes.append(node)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pynvml as N
 
+from agent.nvml.session import FieldValueView
 from agent.sim.gpu import SimGpu, SimNode, gpu_by_handle
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,9 @@ class SimNvmlLib:
         self._set_addresses = itertools.count(0x7F000000, 0x100)
         self._gpm_samples: dict[int, _GpmSample] = {}
         self._gpm_addresses = itertools.count(0x7E000000, 0x100)
+        # handle -> GPU, in front of gpu_by_handle (a WeakValueDictionary, slow per call);
+        # an entry whose GPU has had a new handle since is dropped on its next use.
+        self._gpus: dict[int, SimGpu] = {}
         self.default_node = default_node
         funcs = {}
         for name, (restype, argtypes, impl) in _API.items():
@@ -211,15 +215,20 @@ class SimNvmlLib:
             raise _Return(N.NVML_ERROR_UNINITIALIZED)
         if gpu.lost:
             raise _Return(N.NVML_ERROR_GPU_IS_LOST)
-        code = gpu.call_errors.get(self._local.fn)
-        if code:
-            raise _Return(code)
+        if gpu.call_errors:
+            code = gpu.call_errors.get(self._local.fn)
+            if code:
+                raise _Return(code)
         return gpu
 
     def _device(self, handle: int | None) -> SimGpu:
-        gpu = gpu_by_handle(handle)
-        if gpu is None:
-            raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self._gpus.get(handle)
+        if gpu is None or gpu.handle != handle:
+            self._gpus.pop(handle, None)
+            gpu = gpu_by_handle(handle)
+            if gpu is None:
+                raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+            self._gpus[handle] = gpu
         return self._check(gpu)
 
     def _gpm_sample(self, address: int | None) -> _GpmSample:
@@ -424,7 +433,8 @@ def _nvmlDeviceGetFieldValues(lib: SimNvmlLib, handle: int, count: int, values_a
     gpu = lib._device(handle)
     if count < 0 or (count and not values_address):
         raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
-    values = (N.c_nvmlFieldValue_t * count).from_address(values_address) if count else []
+    # The plain view: pynvml's struct class hooks every attribute access (see FieldValueView).
+    values = (FieldValueView * count).from_address(values_address) if count else []
     now_us = int(time.time() * 1e6)
     for fv in values:
         # Like NVML: the call succeeds, each entry carries its own result.

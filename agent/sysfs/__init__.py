@@ -1,5 +1,5 @@
 """Readers for Linux sysfs (the InfiniBand / RoCE port counters)."""
 
-from agent.sysfs.infiniband import read_ib_ports
+from agent.sysfs.infiniband import IbPorts, read_ib_ports
 
-__all__ = ["read_ib_ports"]
+__all__ = ["IbPorts", "read_ib_ports"]

@@ -8,12 +8,19 @@ Formats (Documentation/ABI/stable/sysfs-class-infiniband):
 RoCE ports (link_layer "Ethernet") live in the same class and are read the same way.
 Counters a driver cannot read show up as missing files or as text such as
 "N/A (no PMA)"; both become None, never 0.
+
+`read_ib_ports(root)` looks everything up afresh; `IbPorts(root).read()` is the same for a
+long-running agent, cheaper: it keeps the files open and rereads them in place (see there).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from agent.sample import NicSample
 
@@ -77,16 +84,24 @@ def parse_counter(text: str | None) -> int | None:
     return value if value >= 0 else None
 
 
-def read_port(port_dir: str, device: str, port: int) -> NicSample:
+# The files of one port, relative to its directory, in the order _port_sample reads them.
+PORT_FILES = ("state", "rate", *(f"counters/{name}" for name in COUNTERS))
+
+
+def _port_sample(device: str, port: int, texts: list[str | None]) -> NicSample:
+    """A NicSample from the texts of PORT_FILES (None: missing or unreadable)."""
     nic = NicSample(device=device, port=port)
-    nic.state = parse_state(_read_text(os.path.join(port_dir, "state")))
-    nic.rate_gbps = parse_rate(_read_text(os.path.join(port_dir, "rate")))
-    counters_dir = os.path.join(port_dir, "counters")
-    for name, (field, scale) in COUNTERS.items():
-        value = parse_counter(_read_text(os.path.join(counters_dir, name)))
+    nic.state = parse_state(texts[0])
+    nic.rate_gbps = parse_rate(texts[1])
+    for (field, scale), text in zip(COUNTERS.values(), texts[2:]):
+        value = parse_counter(text)
         if value is not None:
             setattr(nic, field, value * scale)
     return nic
+
+
+def read_port(port_dir: str, device: str, port: int) -> NicSample:
+    return _port_sample(device, port, [_read_text(os.path.join(port_dir, rel)) for rel in PORT_FILES])
 
 
 def _list_dir(path: str) -> list[str]:
@@ -96,10 +111,10 @@ def _list_dir(path: str) -> list[str]:
         return []
 
 
-def read_ib_ports(sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT) -> list[NicSample]:
-    """All RDMA ports under the root, sorted by (device, port); [] when there are none."""
+def find_ports(sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT) -> list[tuple[str, int, str]]:
+    """(device, port, port directory) of every RDMA port under the root, sorted."""
     class_dir = os.path.join(os.fspath(sysfs_root), "class", "infiniband")
-    nics: list[NicSample] = []
+    found = []
     for device in _list_dir(class_dir):
         ports_dir = os.path.join(class_dir, device, "ports")
         for port_name in _list_dir(ports_dir):
@@ -107,10 +122,106 @@ def read_ib_ports(sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT) -> li
                 port = int(port_name)
             except ValueError:
                 continue
-            try:
-                nics.append(read_port(os.path.join(ports_dir, port_name), device, port))
-            except Exception:  # one odd port must not hide the others
-                log.exception("reading %s port %s failed", device, port_name)
-    nics.sort(key=lambda n: (n.device, n.port))
+            found.append((device, port, os.path.join(ports_dir, port_name)))
+    found.sort()
+    return found
+
+
+def read_ib_ports(sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT) -> list[NicSample]:
+    """All RDMA ports under the root, sorted by (device, port); [] when there are none."""
+    nics: list[NicSample] = []
+    for device, port, port_dir in find_ports(sysfs_root):
+        try:
+            nics.append(read_port(port_dir, device, port))
+        except Exception:  # one odd port must not hide the others
+            log.exception("reading %s port %s failed", device, port)
     return nics
+
+
+# What a read of an open sysfs file answers once its device is removed (kernfs: ENODEV).
+_GONE = frozenset({errno.ENODEV, errno.ENOENT, errno.ESTALE, errno.ENXIO})
+
+# An open file, or its path when no descriptor was to be had (EMFILE): then opened per read.
+_File = int | str | None
+
+
+@dataclass
+class _OpenPort:
+    device: str
+    port: int
+    files: list[_File]  # one per PORT_FILES entry; None: missing when the port was found
+
+
+class IbPorts:
+    """read_ib_ports for an agent that reads the same ports every few seconds.
+
+    The ports found and their files stay open, and every read is one pread at offset 0 per
+    file: sysfs refills an attribute's text on each read from offset 0 (Linux 2.6.26 on),
+    so this sees the current value without the open/close of read_ib_ports (a fifth of the
+    CPU). Ports are looked for again every `rediscover_s` seconds, so a port or counter file
+    that appears is picked up, and at the next read after any read fails (a device gone).
+    """
+
+    def __init__(self, sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT, *, rediscover_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = os.fspath(sysfs_root)
+        self.rediscover_s = rediscover_s
+        self._clock = clock
+        self._ports: list[_OpenPort] = []
+        self._found_at: float | None = None
+        self._failed = False
+        self.discoveries = 0
+
+    def read(self) -> list[NicSample]:
+        now = self._clock()
+        if self._failed or self._found_at is None or now - self._found_at >= self.rediscover_s:
+            self._discover(now)
+        nics: list[NicSample] = []
+        for port in self._ports:
+            try:
+                nics.append(_port_sample(port.device, port.port, [self._read(f) for f in port.files]))
+            except Exception:  # one odd port must not hide the others
+                log.exception("reading %s port %s failed", port.device, port.port)
+        return nics
+
+    def _read(self, file: _File) -> str | None:
+        if file is None:
+            return None
+        if isinstance(file, str):
+            return _read_text(file)
+        try:
+            return os.pread(file, 256, 0).decode("ascii", "replace").strip()
+        except OSError as exc:
+            if exc.errno in _GONE:
+                self._failed = True  # the device went away: look again at the next read
+            return None
+
+    def _discover(self, now: float) -> None:
+        self.close()
+        self._ports = [_OpenPort(device, port, [_open(os.path.join(port_dir, rel)) for rel in PORT_FILES])
+                       for device, port, port_dir in find_ports(self.root)]
+        self._found_at, self._failed = now, False
+        self.discoveries += 1
+
+    def close(self) -> None:
+        for port in self._ports:
+            for file in port.files:
+                if isinstance(file, int):
+                    os.close(file)
+        self._ports = []
+
+    def __enter__(self) -> IbPorts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open(path: str) -> _File:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return path  # out of descriptors: read it the one-shot way instead
+        return None
 

@@ -35,8 +35,74 @@ def test_every_field_populated_for_a_busy_h100(source, sim):
         assert s.pci_bus_id == g.pci_bus_id
         assert s.xids == []
     assert sum(source.reader_errors.values()) == 0
-    assert all(n == 16 for n in source.reader_runs.values())
+    static = {r.name for r in READERS if r.static}
+    assert static == {"identity", "clock_limits", "pcie_limits", "nvlink_count"}
+    # Static facts are read once per GPU, the rest on every cycle.
+    assert {name: n for name, n in source.reader_runs.items() if name in static} == dict.fromkeys(static, 8)
+    assert all(n == 16 for name, n in source.reader_runs.items() if name not in static)
     assert all(sec > 0 for sec in source.reader_seconds.values())
+
+
+def test_static_facts_are_read_once_and_copied_into_every_sample(source, sim):
+    lib, node = sim
+    first = source.read(0.0)[2]
+    # Failing now would show if they were read again: they are copied instead.
+    for name in ("nvmlDeviceGetName", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMaxClockInfo",
+                 "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"):
+        node.gpus[2].call_errors[name] = pynvml.NVML_ERROR_NO_PERMISSION
+    node.advance(1.0)
+    again = source.read(1.0)[2]
+    facts = ("uuid", "model", "pci_bus_id", "sm_clock_max_mhz", "mem_clock_max_mhz", "pcie_gen_max",
+             "pcie_width_max", "nvlink_links_total")
+    assert [getattr(again, f) for f in facts] == [getattr(first, f) for f in facts]
+    assert None not in [getattr(again, f) for f in facts]
+    assert sum(source.reader_errors.values()) == 0
+
+
+def test_static_facts_read_again_after_the_gpu_comes_back(source, sim):
+    _, node = sim
+    source.read(0.0)
+    node.inject(4, "lost")
+    node.advance(1.0)
+    assert source.read(1.0)[4].lost
+    node.clear(4, "lost")
+    node.gpus[4].call_errors["nvmlDeviceGetMaxClockInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
+    node.advance(2.0)
+    back = source.read(2.0)[4]
+    # Read afresh (so this time the failing call shows), not copied from before the loss.
+    assert not back.lost and back.sm_clock_max_mhz is None and back.model is not None
+    assert source.reader_errors["clock_limits"] == 1
+    del node.gpus[4].call_errors["nvmlDeviceGetMaxClockInfo"]
+    node.advance(3.0)
+    # A fact that failed is not kept as missing: the next cycle reads it again.
+    assert source.read(3.0)[4].sm_clock_max_mhz == 1980
+
+
+@pytest.mark.parametrize(("model", "first_cycle", "later_cycle"), [
+    ("h100", list(range(18)) + [18] + list(range(18)), list(range(18))),  # probe past the end once
+    # No NVLink: link 0 answers NOT_SUPPORTED (asked again each cycle: a failed count looks the same).
+    ("rtx4090", [0, 0], [0]),
+])
+def test_nvlink_states_asked_only_for_links_that_exist(install, monkeypatch, model, first_cycle, later_cycle):
+    node = SimNode("n", model, 1)
+    install(SimNvmlLib(node))
+    asked: list[int] = []
+    real = pynvml.nvmlDeviceGetNvLinkState
+
+    def state(handle, link):
+        asked.append(link)
+        return real(handle, link)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkState", state)
+    with NvmlGpuSource() as src:
+        src.read(0.0)
+        assert asked == first_cycle
+        asked.clear()
+        node.advance(1.0)
+        sample = src.read(1.0)[0]
+        assert asked == later_cycle
+    expected = (18, 18) if model == "h100" else (None, None)
+    assert (sample.nvlink_links_up, sample.nvlink_links_total) == expected
 
 
 def test_units_match_the_simulated_truth(source, sim):
@@ -281,3 +347,17 @@ def test_xid_after_recovery_arrives_once(source, sim):
     node.inject(2, "xid", 31)
     node.advance(3.0)
     assert [x.xid for x in source.read(3.0)[2].xids] == [31]
+
+
+def test_static_facts_read_again_after_the_refresh_period(source, sim, monkeypatch):
+    import agent.nvml.source as source_module
+
+    _, node = sim
+    assert source.read(0.0)[1].pcie_width_max == 16
+    node.gpus[1].call_errors["nvmlDeviceGetMaxPcieLinkWidth"] = pynvml.NVML_ERROR_NO_PERMISSION
+    node.advance(1.0)
+    assert source.read(1.0)[1].pcie_width_max == 16  # copied
+    monkeypatch.setattr(source_module, "STATIC_REFRESH_S", 0.0)
+    node.advance(2.0)
+    assert source.read(2.0)[1].pcie_width_max is None  # read again, and now it fails
+    assert source.reader_errors["pcie_limits"] == 1

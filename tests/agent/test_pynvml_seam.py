@@ -7,6 +7,7 @@ talking to nothing (or to a real driver).
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import threading
 
@@ -123,3 +124,18 @@ def test_gpm_layouts_and_calls_the_reader_and_simulator_rely_on():
     assert "fn(byref(metricsGet))" in inspect.getsource(pynvml.nvmlGpmMetricsGet)
     assert "fn(device, gpmSample)" in inspect.getsource(pynvml.nvmlGpmSampleGet)
     assert "fn(byref(gpmSample))" in inspect.getsource(pynvml.nvmlGpmSampleAlloc)
+
+
+def test_field_value_view_has_pynvmls_layout():
+    from agent.nvml.session import FieldValueView
+
+    # Read through the view, written through pynvml's class: the same bytes.
+    assert ctypes.sizeof(FieldValueView) == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+    values = (pynvml.c_nvmlFieldValue_t * 2)()
+    values[1].fieldId, values[1].scopeId = pynvml.NVML_FI_DEV_MEMORY_TEMP, 7
+    values[1].valueType, values[1].nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_ERROR_NOT_SUPPORTED
+    values[1].value.ullVal = 2**40 + 3
+    view = (FieldValueView * 2).from_buffer(values)
+    assert (view[1].fieldId, view[1].scopeId, view[1].valueType, view[1].nvmlReturn, view[1].value.ullVal) == (
+        pynvml.NVML_FI_DEV_MEMORY_TEMP, 7, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+        pynvml.NVML_ERROR_NOT_SUPPORTED, 2**40 + 3)

@@ -5,6 +5,12 @@ GPU does not support stays None (per-metric, via `optional`/`field_values`); a r
 raises NVMLError_NotSupported as a whole leaves all its fields None. Any other exception is
 the source's business: it counts it against this reader and moves on to the next one.
 
+A `static` reader reads what is fixed while the GPU stays on the bus (identity, the board's
+maximum clocks and PCIe link, how many NVLinks it has): the source runs it once per GPU
+handle, keeps what it filled in, and copies that into every sample; a GPU looked up afresh
+(lost and back) is read again. The static readers run before the others, which may use
+their fields (nvlink reads the state of `nvlink_links_total` links).
+
 A reader that needs state between sampling cycles (GPM metrics come from two samples) sets
 `per_source`: each source calls it once for a Reader of its own (bind_readers), so two
 sources never share that state, and calls that Reader's `close` when it closes.
@@ -37,6 +43,7 @@ class Reader(NamedTuple):
     read: Callable[[Any, GpuSample], None]
     per_source: Callable[[], Reader] | None = None  # makes this reader's per-source instance
     close: Callable[[], None] | None = None  # frees what a per-source instance holds
+    static: bool = False  # read once per GPU handle, then copied (see above)
 
 
 def _stateful(name: str, factory: Callable[[], Any]) -> Reader:
@@ -59,7 +66,10 @@ def bind_readers(readers: list[Reader]) -> list[Reader]:
 
 # Explicit and ordered: identity first so a GPU that fails everything else still has its uuid.
 READERS: list[Reader] = [
-    Reader("identity", identity.read),
+    Reader("identity", identity.read, static=True),
+    Reader("clock_limits", clocks.read_max, static=True),
+    Reader("pcie_limits", pcie.read_max, static=True),
+    Reader("nvlink_count", nvlink.count_links, static=True),
     Reader("temperature", temperature.read),
     Reader("power", power.read),
     Reader("clocks", clocks.read),

@@ -1,4 +1,4 @@
-"""Current and maximum SM and memory clocks (MHz)."""
+"""SM and memory clocks (MHz): the current ones, and the board's maximum (read once per GPU)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from agent.sample import GpuSample
 
 def read(handle, gpu: GpuSample) -> None:
     gpu.sm_clock_mhz = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
-    gpu.sm_clock_max_mhz = optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
     gpu.mem_clock_mhz = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+
+
+def read_max(handle, gpu: GpuSample) -> None:
+    # The board's limits, not the application clocks: fixed while the GPU is on the bus.
+    gpu.sm_clock_max_mhz = optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
     gpu.mem_clock_max_mhz = optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM)

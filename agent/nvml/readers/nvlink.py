@@ -1,4 +1,5 @@
-"""NVLink: links up / total, cumulative data bytes, and link error totals."""
+"""NVLink: links up / total (the total counted once per GPU), cumulative data bytes, and link
+error totals."""
 
 from __future__ import annotations
 
@@ -32,19 +33,19 @@ _FIELDS = [
 _KIB = 1024
 
 
-def _probe_links(handle) -> tuple[int, int] | None:
-    """(up, total) by asking each link's state, or None when the GPU has no NVLink."""
-    up = total = 0
+def count_links(handle, gpu: GpuSample) -> None:
+    """nvlink_links_total: how many links the GPU has, probed link by link once per GPU;
+    stays None on a GPU without NVLink."""
+    total = 0
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         try:
-            active = pynvml.nvmlDeviceGetNvLinkState(handle, link)
+            pynvml.nvmlDeviceGetNvLinkState(handle, link)
         except NVMLError as err:
             if err.value in _END_OF_LINKS:
                 break
             raise
         total += 1
-        up += 1 if active == pynvml.NVML_FEATURE_ENABLED else 0
-    return (up, total) if total else None
+    gpu.nvlink_links_total = total or None
 
 
 def _sum(*parts: int | float | None) -> int | None:
@@ -53,10 +54,16 @@ def _sum(*parts: int | float | None) -> int | None:
 
 
 def read(handle, gpu: GpuSample) -> None:
-    links = _probe_links(handle)
-    if links is None:
+    """Uses nvlink_links_total from count_links when known."""
+    if gpu.nvlink_links_total is None:
+        # No NVLink, or the count failed: ask (one NOT_SUPPORTED call on a GPU without NVLink),
+        # so that this reader never counts as answered without asking the GPU anything.
+        count_links(handle, gpu)
+    total = gpu.nvlink_links_total
+    if not total:
         return  # no NVLink on this GPU: every NVLink field stays None
-    gpu.nvlink_links_up, gpu.nvlink_links_total = links
+    state = pynvml.nvmlDeviceGetNvLinkState
+    gpu.nvlink_links_up = sum(state(handle, link) == pynvml.NVML_FEATURE_ENABLED for link in range(total))
     tx, rx, crc_flit, crc_data, replay, recovery = field_values(handle, _FIELDS)
     gpu.nvlink_tx_bytes_total = None if tx is None else int(tx) * _KIB
     gpu.nvlink_rx_bytes_total = None if rx is None else int(rx) * _KIB
