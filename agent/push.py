@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})
 SAMPLES_PATH = "/api/v1/samples"
+KEEPALIVE_EXPIRY_S = 60.0
 
 
 class SampleQueue(Protocol):
@@ -125,7 +126,11 @@ class Pusher:
             headers["Authorization"] = f"Bearer {token}"
         # https:// is verified against the system CAs, or against ca_bundle (a private CA).
         verify = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
-        self._client = httpx.Client(headers=headers, timeout=timeout, verify=verify)
+        # Idle connections kept 60 s, so that pushes every ~10 s reuse one; shorter than the
+        # collector keeps them (75 s, server/serve.py), so the agent never reuses one the
+        # collector is closing. A proxy that closes sooner costs a retry, nothing else.
+        self._client = httpx.Client(headers=headers, timeout=timeout, verify=verify,
+                                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self._wake = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -74,10 +74,11 @@ def _run_server(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.serve import KEEP_ALIVE_S
 
     settings = _settings(args)
     common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10,
-              **_tls(settings)}
+              "timeout_keep_alive": KEEP_ALIVE_S, **_tls(settings)}
     if settings.workers <= 1:
         # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again against
         # the handlers it found: no-op ones make that a clean exit 0, as with --workers N.

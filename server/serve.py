@@ -10,6 +10,12 @@ from dataclasses import dataclass
 import uvicorn
 from fastapi import FastAPI
 
+# Seconds an idle keep-alive connection stays open. Agents push about every 10 s and keep
+# an idle connection 60 s (agent/push.py); with uvicorn's default of 5 s the collector closed
+# connections as agents reused them ("Connection reset by peer", a retry, a warning). The
+# collector must keep a connection longer than its clients do, so that it never closes first.
+KEEP_ALIVE_S = 75
+
 
 @dataclass
 class RunningServer:
@@ -32,7 +38,7 @@ def start_in_thread(app: FastAPI, *, host: str = "127.0.0.1", port: int = 0, log
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=10)
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=10, timeout_keep_alive=KEEP_ALIVE_S)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
