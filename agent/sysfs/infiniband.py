@@ -47,11 +47,15 @@ def _read_text(path: str) -> str | None:
     except OSError:
         return None
     try:
-        return os.read(fd, 256).decode("ascii", "replace").strip()
+        return _text(os.read(fd, 256))
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("ascii", "replace").strip()
 
 
 def parse_state(text: str | None) -> str | None:
@@ -157,9 +161,10 @@ class IbPorts:
 
     The ports found and their files stay open, and every read is one pread at offset 0 per
     file: sysfs refills an attribute's text on each read from offset 0 (Linux 2.6.26 on),
-    so this sees the current value without the open/close of read_ib_ports (a fifth of the
-    CPU). Ports are looked for again every `rediscover_s` seconds, so a port or counter file
-    that appears is picked up, and at the next read after any read fails (a device gone).
+    so this sees the current value without the open/close of read_ib_ports (0.10 instead of
+    0.53 ms for 8 ports, docs/performance.md). Ports are looked for again every `rediscover_s`
+    seconds, so a port or counter file that appears is picked up, and at the next read after
+    a read answered that its device is gone (_GONE); any other failed read is just None.
     """
 
     def __init__(self, sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT, *, rediscover_s: float = 60.0,
@@ -190,7 +195,7 @@ class IbPorts:
         if isinstance(file, str):
             return _read_text(file)
         try:
-            return os.pread(file, 256, 0).decode("ascii", "replace").strip()
+            return _text(os.pread(file, 256, 0))
         except OSError as exc:
             if exc.errno in _GONE:
                 self._failed = True  # the device went away: look again at the next read
