@@ -118,7 +118,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
     if settings.ingest_writer_socket and settings.ingest_writer_key:
         return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
-    return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies)
+    return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies,
+                        gpu_move_after_s=settings.gpu_move_after_s)
 
 
 async def _retention_loop(settings: Settings, engine) -> None:

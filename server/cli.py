@@ -122,7 +122,7 @@ def _start_writer_process(settings: Settings):
         return None
     from server.store.writer_service import WriterProcess
 
-    writer = WriterProcess(settings.database_url, group_max=settings.ingest_group_max_bodies)
+    writer = WriterProcess(settings.database_url, group_max=settings.ingest_group_max_bodies, gpu_move_after_s=settings.gpu_move_after_s)
     writer.start()
     logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
     os.environ.update(writer.worker_env)

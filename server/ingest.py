@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from pydantic import ValidationError
 
-from server.auth.tokens import ANONYMOUS, Principal
+from server.auth.tokens import ADMIN, ANONYMOUS, Principal
 from server.errors import ApiError, pydantic_details
 from server.protocol import BATCH, Batch
 from server.protocol_decoder import BATCH_STRUCT_DECODER
@@ -41,7 +41,10 @@ def decode_rows(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future
     if (refusal := principal.may_push(cluster=batch.cluster, node=batch.node)) is not None:
         field = "cluster" if principal.cluster is not None and batch.cluster != principal.cluster else "node"
         raise ApiError(403, refusal, loc=["body", field], type="forbidden")
-    return unresolved_rows(batch)
+    if ADMIN in principal.scopes:
+        return unresolved_rows(batch)
+    clusters = None if principal.cluster is None else frozenset({principal.cluster})
+    return unresolved_rows(batch, clusters=clusters, nodes=principal.nodes)
 
 
 def decode_batch(raw: bytes, *, gzipped: bool, limit: int, now: float, max_future_skew_s: float) -> Batch:

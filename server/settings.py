@@ -27,6 +27,9 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")
     max_future_skew_s: float = Field(300.0, description="Samples stamped further than this in the future are rejected.")
+    gpu_move_after_s: float = Field(
+        300.0, gt=0, description="A GPU (by UUID) moves to another node only once its node has not reported it for this long; "
+                                 "until then a second node reporting it gets 409 (server/store/ids.py).")
 
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")

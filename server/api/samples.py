@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from server.errors import ApiError
 from server.ingest import content_is_gzip, decode_rows, read_body
 from server.store.engine import database_unavailable
+from server.store.ids import GpuClaimConflict
 from server.store.writer_service import WriterUnavailable
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
@@ -19,7 +20,7 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
     "/samples",
     summary="Push a batch of samples from one node",
     response_model=dict[str, int],
-    responses={400: {}, 413: {}, 415: {}, 422: {}, 503: {}},
+    responses={400: {}, 409: {}, 413: {}, 415: {}, 422: {}, 503: {}},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
 )
 async def post_samples(request: Request) -> Response:
@@ -38,6 +39,8 @@ async def post_samples(request: Request) -> Response:
         accepted = await asyncio.wrap_future(writer.submit(decode))
     except ApiError:
         raise
+    except GpuClaimConflict as conflict:
+        raise ApiError(409, str(conflict), loc=["body", "samples", "gpus", "uuid"], type="gpu_conflict") from None
     except Exception as exc:
         if _database_unavailable(exc):
             # Nothing was committed: the agent keeps the batch and retries later.

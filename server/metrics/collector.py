@@ -57,6 +57,7 @@ COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
     "laggard_ingest_batches_total": ("Request bodies (batches) committed by ingest.", ("cluster",)),
     "laggard_gpu_xid_errors_total": ("XID events reported per GPU and XID code.", ("cluster", "node", "gpu", "uuid", "xid")),
     REJECTED: ("Ingest requests answered with an error, by HTTP status.", ("code",)),
+    "laggard_ingest_gpu_conflicts_total": ("Batches refused (409) because another node holds one of their GPU UUIDs.", ("cluster",)),
     "laggard_alert_notifications_total": ("Alert notifications attempted, by receiver and result (sent, failed, dropped).",
                                           ("receiver", "result")),
     "laggard_alert_alerts_sent_total": ("Alerts delivered inside notifications, by receiver.", ("receiver",)),

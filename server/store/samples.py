@@ -13,7 +13,7 @@ from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bind
 from server.protocol import GPU_METRICS, NIC_METRICS
 from server.store import schema
 from server.store.bulk_insert import BulkInsert
-from server.store.ids import IdResolver
+from server.store.ids import Claimant, IdResolver
 
 # `lost` defaults to False, not NULL (server/protocol_decoder.py): a flag, not a reading.
 assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
@@ -42,6 +42,7 @@ class SampleWriter:
     def prepare(self, ids: IdResolver, batch: UnresolvedBatch) -> PreparedBatch:
         """Rows with database ids. With an offline resolver this runs outside the transaction
         and raises CacheMiss when a node, GPU or NIC is new."""
+        ids.refuse_conflicting_claims(batch.claimant(), batch.gpus)
         node_id = ids.node_id(cluster=batch.cluster, name=batch.node, seen=batch.min_ts)
         gpu_ids = [ids.gpu_id(node_id=node_id, uuid=uuid, index=index, model=model, pci_bus_id=pci_bus_id, seen=seen)
                    for uuid, index, model, pci_bus_id, seen in batch.gpus]
@@ -78,11 +79,12 @@ def _with_ids(flat: list, ids: list[int], width: int) -> list:
     return flat
 
 
-def unresolved_rows(batch: Any) -> UnresolvedBatch:
+def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes: frozenset[str] | None = None) -> UnresolvedBatch:
     """A validated batch (msgspec Structs, server/protocol_decoder.py) as rows keyed by the
     batch's own GPUs and NICs (their position in `gpus` / `nics`), not yet by database ids:
     what a writer, in this process or in the writer process (writer_service.py), turns into
-    rows to insert."""
+    rows to insert. `clusters` and `nodes` are what the pushing token may write (None: any):
+    only a GPU held there may be claimed for this batch's node."""
     samples = batch.samples
     stamps = [s.ts for s in samples] or [0.0]
     gpus: dict[tuple, int] = {}  # (uuid, index, model, pci_bus_id) -> position
@@ -110,7 +112,7 @@ def unresolved_rows(batch: Any) -> UnresolvedBatch:
             nic_rows += (local, ts, *_nic_readings(nic))
     return UnresolvedBatch(
         len(samples), batch.cluster, batch.node, batch.labels, batch.agent,
-        min(stamps), max(stamps), gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows,
+        min(stamps), max(stamps), gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows, clusters, nodes,
     )
 
 
@@ -136,6 +138,11 @@ class UnresolvedBatch(NamedTuple):
     gpu_rows: list  # position in gpus, ts, lost, readings... (repeated)
     nic_rows: list  # position in nics, ts, readings... (repeated)
     xid_rows: list[tuple]  # (position in gpus, xid, ts)
+    may_write_clusters: frozenset[str] | None = None  # the pushing token's reach; None: any
+    may_write_nodes: frozenset[str] | None = None
+
+    def claimant(self) -> Claimant:
+        return Claimant(self.cluster, self.node, self.may_write_clusters, self.may_write_nodes)
 
 
 class PreparedBatch(NamedTuple):

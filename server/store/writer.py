@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from server.store.ids import IdCache, IdResolver
+from server.metrics import counters
+from server.store.ids import GpuClaimConflict, IdCache, IdResolver
 from server.store.samples import PreparedBatch, SampleWriter, UnresolvedBatch
 from server.store.write_lock import WriteTurn
 
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # How long a writer waiting for the turn waits for new work before asking again.
 _TURN_POLL_S = 0.0005
+GPU_CONFLICTS = "laggard_ingest_gpu_conflicts_total"
+_CONFLICT_LOG_EVERY_S = 60.0
 
 
 @dataclass
@@ -46,9 +51,10 @@ _STOP = object()
 
 
 class IngestWriter:
-    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64):
+    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, gpu_move_after_s: float = 300.0):
         self.engine = engine
         self.group_max = group_max
+        self.gpu_move_after_s = gpu_move_after_s
         self.ids = IdCache()
         self._ids_lock = threading.Lock()
         self._rows = SampleWriter(engine.dialect.name)
@@ -57,6 +63,8 @@ class IngestWriter:
         self._threads = [threading.Thread(target=self._run, name=f"ingest-writer-{i}", daemon=True) for i in range(threads)]
         self.committed_samples = 0
         self.failed_batches = 0
+        self.gpu_conflicts = 0
+        self._conflicts_logged: dict[tuple[str, str, str], float] = {}
 
     def start(self) -> None:
         # Decoding a batch allocates thousands of dicts, which keeps the cyclic garbage
@@ -137,7 +145,7 @@ class IngestWriter:
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         try:
-            counts = self._transaction(jobs)
+            outcomes = self._transaction(jobs)
         except Exception as exc:
             if len(jobs) == 1:
                 self._fail(jobs[0], exc)
@@ -145,22 +153,51 @@ class IngestWriter:
             for job in jobs:
                 self._commit_group([job])
             return
-        for job, count in zip(jobs, counts):
-            job.done.set_result(count)
+        for job, outcome in zip(jobs, outcomes):
+            if isinstance(outcome, GpuClaimConflict):
+                job.done.set_exception(outcome)
+            else:
+                job.done.set_result(outcome)
 
-    def _transaction(self, jobs: list[_Job]) -> list[int]:
+    def _transaction(self, jobs: list[_Job]) -> list[int | GpuClaimConflict]:
+        """Commit the group; per job, the samples committed or the conflict that refused it
+        (a refused batch wrote nothing: claims are checked before its first write)."""
         # Rows built before the turn used ids that were already committed; the turn covers
         # only the inserts and the commit.
         with self.engine.begin() as conn:
-            resolver = IdResolver(conn, self.ids)
-            prepared = [job.prepared or self._rows.prepare(resolver, job.batch) for job in jobs]
+            resolver = IdResolver(conn, self.ids, move_after_s=self.gpu_move_after_s)
+            outcomes: list[int | GpuClaimConflict] = []
+            prepared = []
+            for job in jobs:
+                try:
+                    rows = job.prepared or self._rows.prepare(resolver, job.batch)
+                except GpuClaimConflict as conflict:
+                    outcomes.append(conflict)
+                    continue
+                prepared.append(rows)
+                outcomes.append(rows.samples)
             self._rows.insert(conn, prepared)
+            conflicts = [o for o in outcomes if isinstance(o, GpuClaimConflict)]
+            if conflicts:
+                counters.add(conn, [(GPU_CONFLICTS, {"cluster": c.cluster}, 1) for c in conflicts])
         # Only now, after COMMIT returned, are the rows durable and the new ids real.
-        counts = [p.samples for p in prepared]
         with self._ids_lock:
             self.ids.merge(resolver.staged)
-            self.committed_samples += sum(counts)
-        return counts
+            self.committed_samples += sum(p.samples for p in prepared)
+            self.gpu_conflicts += len(conflicts)
+        for conflict in conflicts:
+            self._log_conflict(conflict)
+        return outcomes
+
+    def _log_conflict(self, conflict: GpuClaimConflict) -> None:
+        # One line per GPU and claimant a minute: a misconfigured agent retries every push.
+        key, now = (conflict.cluster, conflict.uuid, conflict.claimant), time.monotonic()
+        if now - self._conflicts_logged.get(key, -math.inf) < _CONFLICT_LOG_EVERY_S:
+            return
+        if len(self._conflicts_logged) > 10_000:
+            self._conflicts_logged.clear()
+        self._conflicts_logged[key] = now
+        log.warning("ingest: refused a batch (409): %s", conflict)
 
     def _fail(self, job: _Job, exc: Exception) -> None:
         log.warning("ingest batch from node %s failed: %s", job.batch.node, exc)

@@ -27,12 +27,13 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Callable
 
 from server.store.engine import database_unavailable, make_engine
+from server.store.ids import GpuClaimConflict
 from server.store.samples import UnresolvedBatch
 from server.store.writer import IngestWriter
 
 log = logging.getLogger(__name__)
 
-COMMITTED, UNAVAILABLE, FAILED = "committed", "unavailable", "failed"
+COMMITTED, UNAVAILABLE, FAILED, CONFLICT = "committed", "unavailable", "failed", "conflict"
 
 
 class WriterUnavailable(ConnectionError):
@@ -49,9 +50,10 @@ class WriterFailed(RuntimeError):
 class WriterProcess:
     """Starts the writer process and tells workers (through LAGGARD_* variables) where it is."""
 
-    def __init__(self, database_url: str, *, group_max: int):
+    def __init__(self, database_url: str, *, group_max: int, gpu_move_after_s: float = 300.0):
         self.database_url = database_url
         self.group_max = group_max
+        self.gpu_move_after_s = gpu_move_after_s
         self._dir = tempfile.mkdtemp(prefix="laggard-writer-")
         self.address = os.path.join(self._dir, "writer.sock")
         self.authkey = os.urandom(32)
@@ -66,7 +68,7 @@ class WriterProcess:
         ready = ctx.Event()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.address)  # a writer that died leaves its socket file behind
-        self.process = ctx.Process(target=serve, args=(self.address, self.authkey, self.database_url, self.group_max, ready),
+        self.process = ctx.Process(target=serve, args=(self.address, self.authkey, self.database_url, self.group_max, ready, self.gpu_move_after_s),
                                    name="laggard-writer", daemon=False)
         self.process.start()
         if not ready.wait(timeout):
@@ -88,7 +90,7 @@ class WriterProcess:
 
 # --- the writer process ---------------------------------------------------------------------
 
-def serve(address: str, authkey: bytes, database_url: str, group_max: int, ready: Any = None) -> None:
+def serve(address: str, authkey: bytes, database_url: str, group_max: int, ready: Any = None, gpu_move_after_s: float = 300.0) -> None:
     """Entry point of the writer process: accept worker connections until SIGTERM, then
     finish what was queued."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,7 +100,7 @@ def serve(address: str, authkey: bytes, database_url: str, group_max: int, ready
     # sends this process SIGTERM, so that requests still in flight can be committed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     engine = make_engine(database_url)
-    writer = IngestWriter(engine, threads=1, group_max=group_max)
+    writer = IngestWriter(engine, threads=1, group_max=group_max, gpu_move_after_s=gpu_move_after_s)
     writer.start()
     # The default backlog is 1: workers connecting at the same moment (each one's handshake
     # holds the accept loop) were refused, and a worker refused at start failed its startup.
@@ -131,6 +133,8 @@ def _serve_connection(conn: Connection, writer: IngestWriter) -> None:
         exc = done.exception()
         if exc is None:
             message = (request_id, COMMITTED, done.result())
+        elif isinstance(exc, GpuClaimConflict):
+            message = (request_id, CONFLICT, exc.fields())
         else:
             message = (request_id, UNAVAILABLE if database_unavailable(exc) else FAILED, f"{type(exc).__name__}: {exc}")
         try:
@@ -236,6 +240,8 @@ class RemoteWriter:
             if kind == COMMITTED:
                 self.committed_samples += value
                 done.set_result(value)
+            elif kind == CONFLICT:
+                done.set_exception(GpuClaimConflict(**value))
             else:
                 self.failed_batches += 1
                 done.set_exception((WriterUnavailable if kind == UNAVAILABLE else WriterFailed)(value))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from server.settings import Settings
 from tests.server.conftest import stored_gpu_samples
 from tests.server.payloads import batch, encode
 
@@ -100,7 +101,9 @@ def test_resent_batch_is_stored_once(api, db):
 def test_gpu_moving_to_another_node_follows_it(api):
     body = batch(node="old-home", gpus=1, ts=T0)
     _push(api, body)
-    moved = batch(node="new-home", gpus=1, ts=T0 + 10)
+    # Once its old node has stopped reporting it for gpu_move_after_s (sooner is a conflict,
+    # tests/auth/test_gpu_identity.py).
+    moved = batch(node="new-home", gpus=1, ts=T0 + Settings().gpu_move_after_s + 10)
     moved["samples"][0]["gpus"][0]["uuid"] = body["samples"][0]["gpus"][0]["uuid"]
     _push(api, moved)
     assert [g["uuid"] for g in api.get("/api/v1/nodes/new-home").json()["gpus"]] == [body["samples"][0]["gpus"][0]["uuid"]]

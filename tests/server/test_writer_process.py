@@ -153,3 +153,19 @@ def test_a_killed_writer_process_means_503s_then_a_new_writer_and_no_acknowledge
         engine.dispose()
     code = collector.stop()
     assert code == 0, "".join(collector.log)
+
+
+def test_a_uuid_claimed_by_a_second_live_node_is_a_conflict_through_the_writer_process(collector, sqlite_url):
+    holder = batch(node="holder", samples=2, gpus=1, ts=T0)
+    claimant = batch(node="claimant", samples=2, gpus=1, ts=T0)
+    claimant["samples"] = [{**s, "gpus": [dict(s["gpus"][0], uuid=holder["samples"][0]["gpus"][0]["uuid"])]} for s in claimant["samples"]]
+    with httpx.Client(base_url=collector.url, timeout=30) as client:
+        assert _post(client, holder).status_code == 200
+        answer = _post(client, claimant)
+    assert answer.status_code == 409, answer.text
+    assert "'holder'" in answer.json()["detail"][0]["msg"] and "'claimant'" in answer.json()["detail"][0]["msg"]
+    engine = make_engine(sqlite_url)
+    try:
+        assert stored_gpu_samples(engine) == 2
+    finally:
+        engine.dispose()
