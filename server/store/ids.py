@@ -88,6 +88,7 @@ class IdResolver:
         self.published = published
         self.staged = IdCache()
         self.move_after_s = move_after_s
+        self._moves: set[str] = set()  # GPUs refuse_conflicting_claims let move to the claimant
 
     def node_id(self, *, cluster: str, name: str, seen: float) -> int:
         key = (cluster, name)
@@ -120,6 +121,7 @@ class IdResolver:
             last = self._last_reported(uuid, known, since=seen - self.move_after_s)
             if last is not None:
                 raise GpuClaimConflict(uuid=uuid, cluster=claimant.cluster, claimant=claimant.node, holder=holder, last_reported=last)
+            self._moves.add(uuid)
 
     def _known_gpu(self, uuid: str) -> GpuIdentity | None:
         known = self.staged.gpus.get(uuid) or self.published.gpus.get(uuid)
@@ -160,6 +162,8 @@ class IdResolver:
                 select(schema.Gpu.id, schema.Gpu.node_id, schema.Gpu.index, schema.Gpu.model, schema.Gpu.pci_bus_id).where(schema.Gpu.uuid == uuid)
             ).one()
             known = GpuIdentity(*row)
+            if known.node_id != node_id:
+                self._raise_lost_race(uuid, known, node_id, seen)
         wanted = GpuIdentity(known.id, node_id, index, model, pci_bus_id)
         if known != wanted:
             # The GPU moved (another node or slot) or the agent learnt its model: keep the latest.
@@ -168,6 +172,13 @@ class IdResolver:
             )
         self.staged.gpus[uuid] = wanted
         return known.id
+
+    def _raise_lost_race(self, uuid: str, known: GpuIdentity, node_id: int, seen: float) -> None:
+        """Another writer registered the GPU for another node after this batch's claims were
+        checked. Raised after this batch's first writes: its transaction must not commit."""
+        cluster, claimant = self._node_key(node_id)
+        holder = self._node_key(known.node_id)
+        raise GpuClaimConflict(uuid=uuid, cluster=cluster, claimant=claimant, holder=holder if holder[0] == cluster else None, last_reported=seen)
 
     def nic_id(self, *, node_id: int, device: str, port: int, seen: float) -> int:
         key = (node_id, device, port)

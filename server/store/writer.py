@@ -169,11 +169,13 @@ class IngestWriter:
             outcomes: list[int | GpuClaimConflict] = []
             prepared = []
             for job in jobs:
-                try:
-                    rows = job.prepared or self._rows.prepare(resolver, job.batch)
-                except GpuClaimConflict as conflict:
-                    outcomes.append(conflict)
-                    continue
+                if job.prepared is None:
+                    try:  # before the job's first write; a conflict found later fails the group
+                        resolver.refuse_conflicting_claims(job.batch.claimant(), job.batch.gpus)
+                    except GpuClaimConflict as conflict:
+                        outcomes.append(conflict)
+                        continue
+                rows = job.prepared or self._rows.prepare(resolver, job.batch)
                 prepared.append(rows)
                 outcomes.append(rows.samples)
             self._rows.insert(conn, prepared)
