@@ -5,8 +5,9 @@ its oldest sample is `max_delay` seconds old. A batch leaves the queue only once
 collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
 logged). A 415 switches gzip off for later requests. A 401 or 403 is a configuration error
 (agent/refusal.py): the samples wait, the log says once what to fix, and the push is retried
-every `auth_retry` seconds. Anything else (429, 5xx, connection errors) is retried, without limit while the agent runs, after a capped
-exponential backoff with jitter (honouring Retry-After up to the cap). Each retry re-reads
+every `auth_retry` seconds. Anything else (429, 5xx, connection errors) is retried, without
+limit while the agent runs, after a capped exponential backoff with jitter (honouring
+Retry-After up to the cap). Each retry re-reads
 the queue head, so samples that aged out while the collector was away are not resent.
 
 An agent given no cluster (cluster=None) asks the collector which cluster its token is bound
