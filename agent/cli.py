@@ -22,7 +22,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from agent import __version__
-from agent.push import MemoryQueue, Pusher, SampleQueue
+from agent.push import DEFAULT_CLUSTER, MemoryQueue, Pusher, SampleQueue
 from agent.runner import Runner, collect
 from agent.sample import NicSample, build_batch
 from agent.spool import MIN_MAX_BYTES as MIN_SPOOL_BYTES
@@ -116,8 +116,9 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--interval", metavar="SECONDS", type=float, default=None,
                    help="seconds between samples (env LAGGARD_INTERVAL; default 5)")
     p.add_argument("--node", default=None, help="node name (env NODE_NAME; default the hostname)")
-    p.add_argument("--cluster", default=env.get("LAGGARD_CLUSTER", "default"),
-                   help="cluster name (env LAGGARD_CLUSTER; default %(default)s)")
+    p.add_argument("--cluster", default=env.get("LAGGARD_CLUSTER") or None,
+                   help="cluster name (env LAGGARD_CLUSTER; default: the cluster the token is bound to, asked of the "
+                        f"collector; {DEFAULT_CLUSTER!r} if it names none)")
     p.add_argument("--label", metavar="KEY=VALUE", action="append", default=[],
                    help="node label, repeatable (env LAGGARD_LABELS=k=v,k2=v2; flags win per key)")
     p.add_argument("--sysfs-root", default=env.get("LAGGARD_SYSFS_ROOT", "/sys"),
@@ -138,6 +139,9 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                    help="bearer token with the agent scope for the collector (env LAGGARD_TOKEN)")
     p.add_argument("--token-file", metavar="PATH", default=env.get("LAGGARD_TOKEN_FILE") or None,
                    help="read the token from this file, e.g. a mounted Secret (env LAGGARD_TOKEN_FILE)")
+    p.add_argument("--auth-retry", metavar="SECONDS", type=float, default=None,
+                   help="after a 401/403 (a token or --cluster/--node to fix), keep the samples and send them again "
+                        "this often (env LAGGARD_AUTH_RETRY; default 60)")
     p.add_argument("--ca-bundle", metavar="PATH", default=env.get("LAGGARD_CA_BUNDLE") or None,
                    help="verify an https:// collector against these CA certificates (PEM) instead of the system's "
                         "(env LAGGARD_CA_BUNDLE)")
@@ -168,7 +172,7 @@ class Config:
     collector: str
     interval: float
     node: str
-    cluster: str
+    cluster: str | None  # None: the cluster the token is bound to (asked of the collector)
     labels: dict[str, str]
     sysfs_root: str
     batch: int
@@ -183,6 +187,8 @@ class Config:
     spool_dir: str | None = None  # None: unsent samples wait in memory only (agent/spool.py)
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     ca_bundle: str | None = None  # PEM CA certificates for an https:// collector; None: the system's
+    token_file: str | None = None  # read again before retrying a 401/403: a Secret may be fixed in place
+    auth_retry: float = 60.0
 
 
 def is_loopback_url(url: str) -> bool:
@@ -209,6 +215,9 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         batch = args.batch if args.batch is not None else _env_number(env, "LAGGARD_BATCH", int, default_batch)
         if batch < 1:
             raise UsageError(f"--batch {batch}: must be at least 1")
+        auth_retry = args.auth_retry if args.auth_retry is not None else _env_number(env, "LAGGARD_AUTH_RETRY", float, 60.0)
+        if not auth_retry > 0:
+            raise UsageError(f"--auth-retry {auth_retry:g}: must be a positive number of seconds")
         max_queue = args.max_queue if args.max_queue is not None else _env_number(env, "LAGGARD_MAX_QUEUE", int, 720)
         if max_queue < 1:
             raise UsageError(f"--max-queue {max_queue}: must be at least 1")
@@ -252,6 +261,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     return Config(
         collector=args.collector, interval=interval, node=node, cluster=args.cluster, labels=labels,
         sysfs_root=args.sysfs_root, batch=batch, max_queue=max_queue, token=token, ca_bundle=args.ca_bundle,
+        token_file=args.token_file, auth_retry=auth_retry,
         once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
         faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
         spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
@@ -336,7 +346,7 @@ def agent_info(gpus) -> dict[str, str | None]:
 
 def write_once(cfg: Config, sources: Sources) -> None:
     sample = collect(time.time(), sources.gpus, sources.read_nics)
-    body = build_batch([sample], node=cfg.node, cluster=cfg.cluster, labels=cfg.labels,
+    body = build_batch([sample], node=cfg.node, cluster=cfg.cluster or DEFAULT_CLUSTER, labels=cfg.labels,
                        agent_info=agent_info(sources.gpus))
     text = json.dumps(body, indent=2) + "\n"
     if cfg.output == "-":
@@ -371,19 +381,21 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
     queue = open_queue(cfg)
     pusher = Pusher(
         cfg.collector, node=cfg.node, cluster=cfg.cluster, labels=cfg.labels, agent_info=agent_info(sources.gpus),
-        token=cfg.token, ca_bundle=cfg.ca_bundle, batch_size=cfg.batch, max_delay=max(cfg.batch * cfg.interval, 1.0),
-        queue=queue,
-    ).start()
+        token=cfg.token, token_file=cfg.token_file, ca_bundle=cfg.ca_bundle, batch_size=cfg.batch,
+        max_delay=max(cfg.batch * cfg.interval, 1.0), queue=queue, auth_retry=cfg.auth_retry,
+    )
     sink, metrics_server = pusher, None
     if cfg.metrics_port:  # the node's own /metrics: a tee in front of the pusher (agent/metrics.py)
         from agent.metrics import start_metrics
 
-        sink, metrics_server = start_metrics(cfg.metrics_port, pusher, node=cfg.node, cluster=cfg.cluster,
+        sink, metrics_server = start_metrics(cfg.metrics_port, pusher, node=cfg.node, cluster=cfg.cluster or DEFAULT_CLUSTER,
                                              driver=agent_info(sources.gpus)["driver"], pusher=pusher,
                                              stale_after=healthz_stale_after(cfg.interval))
+        pusher.on_cluster = lambda cluster: setattr(sink, "cluster", cluster)  # once learnt from the token
+    pusher.start()
     runner = Runner(sources.gpus, sink, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)
     log.info("laggard-agent %s: node=%s cluster=%s collector=%s interval=%gs batch=%d%s",
-             __version__, cfg.node, cfg.cluster, cfg.collector, cfg.interval, cfg.batch,
+             __version__, cfg.node, cfg.cluster or "(the token's)", cfg.collector, cfg.interval, cfg.batch,
              f" simulate={cfg.simulate[0]}:{cfg.simulate[1]}" if cfg.simulate else "")
     try:
         runner.run()

@@ -378,6 +378,8 @@ class NodeMetrics:
             ("sent_samples", "laggard_agent_sent_samples_total", "Samples the collector acknowledged."),
             ("rejected_samples", "laggard_agent_rejected_samples_total", "Samples the collector rejected for good (dropped)."),
             ("failed_attempts", "laggard_agent_push_failures_total", "Push attempts that failed and will be retried."),
+            ("refused_attempts", "laggard_agent_push_refusals_total",
+             "Push attempts the collector refused with 401/403 (the token, --cluster or --node needs fixing); also failures."),
             ("dropped", "laggard_agent_dropped_samples_total", "Samples dropped from the full queue while the collector was away."),
             ("spool_corrupt", "laggard_agent_spool_corrupt_records_total", "Damaged spool records skipped (torn by a crash, or unreadable)."),
             ("spool_write_errors", "laggard_agent_spool_write_errors_total", "Spool writes the disk refused (samples then wait in memory)."),
@@ -412,7 +414,7 @@ def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
     def read() -> dict[str, float]:
         s = pusher.stats
         stats = {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
-                 "dropped": pusher.dropped, "queued": len(pusher.queue)}
+                 "refused_attempts": s.refused_attempts, "dropped": pusher.dropped, "queued": len(pusher.queue)}
         spool = pusher.queue
         if getattr(spool, "durable", False):  # agent/spool.py's DiskSpool
             stats.update(spool_bytes=spool.size_bytes, spool_corrupt=spool.corrupt, spool_write_errors=spool.write_errors)

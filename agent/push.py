@@ -3,10 +3,15 @@
 Samples wait in a bounded queue (oldest dropped first, counted) until a batch is full or
 its oldest sample is `max_delay` seconds old. A batch leaves the queue only once the
 collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
-logged). A 415 switches gzip off for later requests. Anything else (429, 5xx,
-connection errors) is retried, without limit while the agent runs, after a capped
-exponential backoff with jitter (honouring Retry-After up to the cap). Each retry re-reads
+logged). A 415 switches gzip off for later requests. A 401 or 403 is a configuration error
+(agent/refusal.py): the samples wait, the log says once what to fix, and the push is retried
+every `auth_retry` seconds. Anything else (429, 5xx, connection errors) is retried, without
+limit while the agent runs, after a capped exponential backoff with jitter (honouring
+Retry-After up to the cap). Each retry re-reads
 the queue head, so samples that aged out while the collector was away are not resent.
+
+An agent given no cluster (cluster=None) asks the collector which cluster its token is bound
+to (GET /api/v1/tokens/self) before its first push, and pushes as that one.
 
 `SampleQueue` is the seam between the pusher and where samples wait: MemoryQueue (bounded,
 in memory, lost on exit) or agent/spool.py's DiskSpool (bounded, on disk, survives a restart).
@@ -24,17 +29,25 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Callable, Protocol
 
 import httpx
 
 from agent import __version__
+from agent.refusal import ProblemLog, hint, needs_binding, refusal_of
 from agent.sample import Sample, build_batch, json_default
 
 log = logging.getLogger(__name__)
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})
+REFUSED_STATUSES = frozenset({401, 403})
+# The collector answers these when it may answer differently soon; anything else from
+# GET /api/v1/tokens/self (404, 405, 501: an older collector) means it will not say.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 SAMPLES_PATH = "/api/v1/samples"
+SELF_PATH = "/api/v1/tokens/self"
+DEFAULT_CLUSTER = "default"
 KEEPALIVE_EXPIRY_S = 60.0
 
 
@@ -87,6 +100,7 @@ class PushStats:
     rejected_batches: int = 0
     rejected_samples: int = 0
     failed_attempts: int = 0
+    refused_attempts: int = 0  # 401/403: also counted in failed_attempts
 
 
 class Pusher:
@@ -95,10 +109,11 @@ class Pusher:
         collector_url: str,
         *,
         node: str,
-        cluster: str = "default",
+        cluster: str | None = DEFAULT_CLUSTER,
         labels: dict[str, str] | None = None,
         agent_info: dict[str, str | None] | None = None,
         token: str | None = None,
+        token_file: str | None = None,
         ca_bundle: str | None = None,
         batch_size: int = 4,
         max_delay: float = 10.0,
@@ -107,11 +122,16 @@ class Pusher:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         compresslevel: int = 6,
+        auth_retry: float = 60.0,
+        on_cluster: Callable[[str], None] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch size must be at least 1")
         self.url = collector_url.rstrip("/") + SAMPLES_PATH
+        self.self_url = collector_url.rstrip("/") + SELF_PATH
+        # None: not known yet, asked of the collector (the cluster the token is bound to).
         self.node, self.cluster = node, cluster
+        self.learns_cluster, self.on_cluster = cluster is None, on_cluster
         self.labels = dict(labels or {})
         self.agent_info = dict(agent_info or {"version": __version__, "driver": None, "cuda": None})
         self.batch_size = batch_size
@@ -119,6 +139,9 @@ class Pusher:
         self.queue: SampleQueue = queue if queue is not None else MemoryQueue()
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.compresslevel = compresslevel
+        self.auth_retry = auth_retry
+        self._token, self._token_file = token, token_file
+        self._refusals = ProblemLog(log)
         self.stats = PushStats()
         self.use_gzip = True
         headers = {"Content-Type": "application/json", "User-Agent": f"laggard-agent/{__version__}"}
@@ -182,6 +205,10 @@ class Pusher:
         head = peek_encoded(self.batch_size) if peek_encoded is not None else self.queue.peek(self.batch_size)
         if not head:
             return None
+        if self._refusals.current is not None:
+            self._reload_token()
+        if self.cluster is None and (delay := self._learn_cluster()) is not None:
+            return delay
         samples = [s for _, s in head]
         last_seq = head[-1][0]
         retry_after: float | None = None
@@ -204,12 +231,15 @@ class Pusher:
                 self.stats.sent_batches += 1
                 self.stats.sent_samples += len(samples)
                 self._check_accepted(resp, len(samples))
+                self._refusals.recovered(f"collector accepts pushes again ({len(self.queue)} samples still waiting)")
                 return None
             if resp.status_code == 415 and self.use_gzip:
                 # Something on the way refuses gzip: send uncompressed from now on.
                 log.warning("collector refused gzip (HTTP 415); sending uncompressed")
                 self.use_gzip = False
                 return 0.0
+            if resp.status_code in REFUSED_STATUSES:
+                return self._refused(resp, f"the push of {len(samples)} samples")
             if resp.status_code in PERMANENT_STATUSES:
                 self._settled(last_seq)
                 self.stats.rejected_batches += 1
@@ -219,12 +249,75 @@ class Pusher:
                 return None
             reason = f"HTTP {resp.status_code}: {_body_text(resp)}"
             retry_after = _retry_after(resp)
+        return self._retry_later(f"push of {len(samples)} samples to {self.url}", reason, retry_after)
+
+    def _retry_later(self, what: str, reason: str, retry_after: float | None) -> float:
         self._failures += 1
         self.stats.failed_attempts += 1
         delay = self._backoff(retry_after)
-        log.warning("push of %d samples to %s failed (%s); retry %d in %.1fs",
-                    len(samples), self.url, reason, self._failures, delay)
+        log.warning("%s failed (%s); retry %d in %.1fs", what, reason, self._failures, delay)
         return delay
+
+    # --- 401/403 and the token's cluster ----------------------------------------------
+
+    def _learn_cluster(self) -> float | None:
+        """Ask the collector which cluster the token is bound to: None once self.cluster is
+        set, else the seconds to wait before asking again."""
+        what = f"asking {self.self_url} for the token's cluster"
+        try:
+            resp = self._client.get(self.self_url)
+        except httpx.HTTPError as exc:
+            return self._retry_later(what, f"{type(exc).__name__}: {exc}", None)
+        if resp.status_code in REFUSED_STATUSES:
+            return self._refused(resp, "the token")
+        if resp.status_code in TRANSIENT_STATUSES:
+            return self._retry_later(what, f"HTTP {resp.status_code}: {_body_text(resp)}", _retry_after(resp))
+        bound = _json(resp).get("cluster") if resp.status_code == 200 else None
+        self.cluster = bound if isinstance(bound, str) and bound else DEFAULT_CLUSTER
+        if isinstance(bound, str) and bound:
+            log.info("pushing as cluster %s: the cluster the token is bound to", self.cluster)
+        else:
+            log.info("pushing as cluster %s: the collector names no cluster for the token (HTTP %d from %s)",
+                     self.cluster, resp.status_code, self.self_url)
+        if self.on_cluster is not None:
+            self.on_cluster(self.cluster)
+        return None
+
+    def _refused(self, resp: httpx.Response, what: str) -> float:
+        """A 401/403: log what to fix (once; agent/refusal.py), keep the samples, retry slowly."""
+        refusal = refusal_of(resp.status_code, _json(resp) or resp.text)
+        binding = self._binding() if needs_binding(refusal) else None
+        fix = hint(refusal, binding, token_sent=bool(self._token), cluster=self.cluster, node=self.node)
+        self.stats.failed_attempts += 1
+        self.stats.refused_attempts += 1
+        reread = " (the token file is read again before each retry)" if self._token_file and refusal.status == 401 else ""
+        self._refusals.failing(f"{refusal.status} {fix}",
+                               f"collector refused {what} (HTTP {refusal.status}: {refusal.msg}): {fix}{reread}. "
+                               f"Samples are kept and sent again every {self.auth_retry:g} s")
+        return self.auth_retry * random.uniform(0.8, 1.0)
+
+    def _binding(self) -> dict | None:
+        """What the token is bound to, for a refusal's hint; None if the collector does not say."""
+        try:
+            resp = self._client.get(self.self_url)
+        except httpx.HTTPError:
+            return None
+        return _json(resp) if resp.status_code == 200 else None
+
+    def _reload_token(self) -> None:
+        """A token file (a mounted Secret) may be fixed in place: read it again before retrying a refusal."""
+        if not self._token_file:
+            return
+        try:
+            token = Path(self._token_file).read_text().strip()
+        except OSError:
+            return
+        if token and token != self._token:
+            log.info("token file %s changed: trying the new token", self._token_file)
+            self._token = token
+            self._client.headers["Authorization"] = f"Bearer {token}"
+            if self.learns_cluster:
+                self.cluster = None
 
     def _settled(self, last_seq: int) -> None:
         self.queue.ack(last_seq)
@@ -293,11 +386,21 @@ class Pusher:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join()
-        if flush_timeout > 0 and len(self.queue):
+        # Refused (401/403): another try on the way out would be refused too.
+        if flush_timeout > 0 and len(self.queue) and self._refusals.current is None:
             if not self.flush(flush_timeout):
                 kept = " (kept in the spool for the next start)" if getattr(self.queue, "durable", False) else ""
                 log.warning("exiting with %d unsent samples%s", len(self.queue), kept)
         self._client.close()
+
+
+def _json(resp: httpx.Response) -> dict:
+    """The body as a JSON object, else {}."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _body_text(resp: httpx.Response, limit: int = 500) -> str:

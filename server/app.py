@@ -24,11 +24,12 @@ from server.api import (
     samples,
     scheduler,
     stragglers,
+    token_self,
     tokens,
 )
 from server.auth.guard import Authenticator, require
 from server.auth.ratelimit import RateLimiter
-from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER
+from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
 from server.detect.service import DetectionService
 from server.errors import ApiError
 from server.metrics import runtime as metrics_runtime
@@ -70,6 +71,7 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
         (scheduler, () if settings.scheduler_public else (SCHEDULER,)),
         (metrics, () if settings.metrics_public else (READ,)),
         (tokens, (ADMIN,)),
+        (token_self, SCOPES),
         (health, ()),
     ]
 

@@ -28,7 +28,8 @@ def test_defaults_without_env():
     assert cfg.collector == "http://127.0.0.1:8080"
     assert cfg.interval == 5.0
     assert cfg.node == socket.gethostname()
-    assert cfg.cluster == "default"
+    assert cfg.cluster is None  # the cluster the token is bound to, asked of the collector
+    assert cfg.auth_retry == 60.0
     assert cfg.labels == {}
     assert cfg.sysfs_root == "/sys"
     assert cfg.token is None and not cfg.once and cfg.simulate is None
@@ -44,6 +45,7 @@ def test_env_fallbacks():
         "LAGGARD_SYSFS_ROOT": "/host/sys",
         "LAGGARD_TOKEN": "t0k",
         "LAGGARD_BATCH": "6",
+        "LAGGARD_AUTH_RETRY": "300",
     }
     cfg = parse_config([], env=env)
     assert cfg.collector == "https://collector:9000"
@@ -54,6 +56,7 @@ def test_env_fallbacks():
     assert cfg.sysfs_root == "/host/sys"
     assert cfg.token == "t0k"
     assert cfg.batch == 6
+    assert cfg.auth_retry == 300.0
 
 
 @pytest.mark.parametrize(("url", "allowed"), [
@@ -114,6 +117,8 @@ def test_output_implies_once():
         (["--interval", "abc"], {}, "invalid float value"),
         ([], {"LAGGARD_INTERVAL": "soon"}, "LAGGARD_INTERVAL='soon' is not a number"),
         (["--batch", "0"], {}, "--batch 0"),
+        (["--auth-retry", "0"], {}, "--auth-retry 0: must be a positive"),
+        ([], {"LAGGARD_AUTH_RETRY": "later"}, "LAGGARD_AUTH_RETRY='later' is not a number"),
         (["--collector", "collector:8080"], {}, "expected an http:// or https:// URL"),
         (["--simulate", "H100:zero"], {}, "N must be a positive number"),
         (["--fault", "gpu1:thermal"], {}, "--fault needs --simulate"),

@@ -97,3 +97,19 @@ def test_cli_prints_the_token_alone_on_stdout_and_it_works(collector):
         assert push(agent, batch(node="n1", cluster="prod-a")).status_code == 401
     refused = subprocess.run([sys.executable, "-m", "server.cli", "token", "create", "--scope", "agent"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 2 and refused.stdout == "" and "cluster" in refused.stderr
+
+
+@pytest.mark.parametrize(("scopes", "cluster", "nodes"), [
+    (("agent",), "prod-a", ["n2", "n1"]),
+    (("agent",), "prod-a", None),
+    (("read", "scheduler"), None, None),
+])
+def test_a_token_tells_its_holder_what_it_is_bound_to(collector, scopes, cluster, nodes):
+    token = collector.token(*scopes, cluster=cluster, nodes=nodes)
+    with collector.client(token) as c:
+        r = c.get("/api/v1/tokens/self")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"key_id": key_id_of(token), "name": "", "scopes": sorted(scopes), "cluster": cluster,
+                        "nodes": sorted(nodes) if nodes else None}
+    with collector.client("lgd_000000000000_unknownsecret") as c:
+        assert c.get("/api/v1/tokens/self").status_code == 401
