@@ -3,7 +3,7 @@
 Samples wait in a bounded queue (oldest dropped first, counted) until a batch is full or
 its oldest sample is `max_delay` seconds old. A batch leaves the queue only once the
 collector has answered: 2xx (stored) or a permanent rejection (400/413/422, dropped and
-logged). A 415 switches gzip off for later requests. A 401 or 403 is a configuration error
+logged). A 415 switches gzip off for later requests. A 401, 403 or 409 is a configuration error
 (agent/refusal.py): the samples wait, the log says once what to fix, and the push is retried
 every `auth_retry` seconds. Anything else (429, 5xx, connection errors) is retried, without
 limit while the agent runs, after a capped exponential backoff with jitter (honouring
@@ -41,7 +41,8 @@ from agent.sample import Sample, build_batch, json_default
 log = logging.getLogger(__name__)
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})
-REFUSED_STATUSES = frozenset({401, 403})
+# 409: a GPU UUID held by another live node (server/store/ids.py); resolved by people, or by time.
+REFUSED_STATUSES = frozenset({401, 403, 409})
 # The collector answers these when it may answer differently soon; anything else from
 # GET /api/v1/tokens/self (404, 405, 501: an older collector) means it will not say.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})

@@ -1,4 +1,4 @@
-"""401 and 403 from the collector: configuration errors, not outages. Retrying sooner cannot
+"""401, 403 and 409 from the collector: configuration errors, not outages. Retrying sooner cannot
 help and a warning per attempt buries the one line that says what to change, so the pusher
 keeps the samples, retries slowly, and logs what to fix once (and again only when the answer
 changes, rarely while it lasts, and when the collector accepts pushes again).
@@ -60,6 +60,10 @@ def hint(refusal: Refusal, binding: dict | None, *, token_sent: bool, cluster: s
         if isinstance(bound_nodes, list) and bound_nodes:
             return f"token is bound to nodes {', '.join(map(str, bound_nodes))}, not {node}; use a token made for node {node} ({create} --node {node})"
         return f"the token may not push for node {node}; use a token made for it ({create} --node {node})"
+    if refusal.status == 409:
+        return (f"another node reports a GPU UUID of this node (see the collector's message): check that --node {node} is this "
+                "node's own name and that no copy of this agent runs elsewhere; the samples wait, and are taken once the other "
+                "node has stopped reporting the GPU")
     if refusal.loc == ("header", "authorization"):
         return f"the token lacks the agent scope: make an agent token ({create}) and pass it with --token or --token-file"
     return "the collector refuses this agent's pushes; see its message"

@@ -31,6 +31,8 @@ SCOPE_403 = body(["header", "authorization"], "this token lacks the scope agent"
     (403, {"detail": "Forbidden"}, None, True, "prod-a", "the collector refuses this agent's pushes"),
     (401, body(["header", "authorization"], "unknown or revoked token"), None, True, None,
      "the token is missing, unknown or revoked: make an agent token (laggard token create --scope agent --cluster CLUSTER)"),
+    (409, body(["body", "samples", "gpus", "uuid"], "GPU GPU-1 is on node 'n1' of cluster 'prod-a', also claimed by node 'n9'"),
+     None, True, "prod-a", "another node reports a GPU UUID of this node (see the collector's message): check that --node n9"),
     (401, "<html>proxy says no</html>", None, False, "prod-a",
      "the collector needs a token: pass --token or --token-file (LAGGARD_TOKEN, LAGGARD_TOKEN_FILE)"),
 ])
