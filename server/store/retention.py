@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, bindparam, delete, select, text
 
-from server.store import partitions, schema
+from server.hints.remedy import covering_ack, remedy_for
+from server.store import acks, episodes, partitions, schema
 
 GpuSampleT = schema.GpuSample.__table__
 NicSampleT = schema.NicSample.__table__
@@ -26,8 +27,20 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[s
             "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
             "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
             # Open episodes stay, however old: they are still true.
-            "episodes": conn.execute(delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)).rowcount,
+            "episodes": _delete_episodes(conn, cutoff),
         }
+
+
+def _delete_episodes(conn: Connection, cutoff: float) -> int:
+    # A hardware fault still waiting for its remedy stays until an ack covers it: forgetting
+    # it would put its GPU back in service (server/hints/remedy.py).
+    old = episodes.resolved_before(conn, before=cutoff, causes=("xid", "ecc"))
+    known = [acks.as_ack(r) for r in acks.list_acks(conn)] if old else []
+    kept = [e["id"] for e in old if remedy_for(e) is not None and covering_ack(e, known) is None]
+    stmt = delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)
+    if kept:
+        stmt = stmt.where(EpisodeT.c.id.not_in(kept))
+    return conn.execute(stmt).rowcount
 
 
 def _delete_samples(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:
