@@ -26,7 +26,7 @@ REBOOTED = GpuFacts(uuid=UUID, boot_time=2000.0, last_ts=2100.0, last_lost=False
 
 
 def ack(**kw):
-    base = dict(cluster="prod", node="gpu-node-006", gpu=None, sample_time=1500.0, acked_at=1.7e9, acked_by="ops-alice")
+    base = {"cluster": "prod", "node": "gpu-node-006", "gpu": None, "sample_time": 1500.0, "acked_at": 1.7e9, "acked_by": "ops-alice"}
     return Ack(**(base | kw))
 
 
