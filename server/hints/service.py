@@ -73,8 +73,8 @@ def _held_before(conn: Connection, cfg: HintSettings, horizon: float, cluster: s
 
 def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], slots: dict[tuple[str, str, int], str | None],
                   boot_times: dict[tuple[str, str], float | None], cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
-    """GpuFacts of the GPUs with a resolved fault that waits for a remedy nobody acknowledged:
-    few, so one newest-sample lookup each (the (gpu_id, ts) primary key)."""
+    """GpuFacts of the GPUs with a resolved fault that waits for a remedy nobody acknowledged;
+    for those whose node booted since, one newest-sample lookup each (the (gpu_id, ts) key)."""
     facts: dict[tuple[str, str, int], GpuFacts] = {}
     remedies = cfg.remedy_table()
     for ep in eps:
@@ -83,10 +83,12 @@ def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], 
             continue
         if covering_ack(ep, acks) is not None:
             continue
-        last = _newest_sample(conn, ep["cluster"], ep["node"], ep.get("uuid"))
-        facts[key] = GpuFacts(uuid=slots.get(key), boot_time=boot_times.get(key[:2]),  # type: ignore[index]
-                              last_ts=last[0] if last else None, last_lost=last[1] if last else None,
-                              last_remap_pending=last[2] if last else None)
+        boot_time = boot_times.get(key[:2])  # type: ignore[index]
+        # Samples matter only once the node booted after the fault: until then no lookup.
+        rebooted = boot_time is not None and boot_time > float(ep["onset"])
+        last = _newest_sample(conn, ep["cluster"], ep["node"], ep.get("uuid")) if rebooted else None
+        facts[key] = GpuFacts(uuid=slots.get(key), boot_time=boot_time, last_ts=last[0] if last else None,
+                              last_lost=last[1] if last else None, last_remap_pending=last[2] if last else None)
     return facts
 
 

@@ -15,6 +15,7 @@ NicSampleT = schema.NicSample.__table__
 XidT = schema.XidEvent.__table__
 LogT = schema.IngestLog.__table__
 EpisodeT = schema.Episode.__table__
+NodeT = schema.Node.__table__
 
 
 def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[str, int]:
@@ -32,15 +33,26 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[s
 
 
 def _delete_episodes(conn: Connection, cutoff: float) -> int:
-    # A hardware fault still waiting for its remedy stays until an ack covers it: forgetting
-    # it would put its GPU back in service (server/hints/remedy.py).
+    # A hardware fault still waiting for its remedy stays until an ack covers it or its node
+    # booted since: forgetting it would put its GPU back in service (server/hints/remedy.py).
+    # (A GPU that came back from that reboot lost, missing or with rows pending remap has
+    # episodes of its own by then.)
     old = episodes.resolved_before(conn, before=cutoff, causes=("xid", "ecc"))
-    known = [acks.as_ack(r) for r in acks.list_acks(conn)] if old else []
-    kept = [e["id"] for e in old if remedy_for(e) is not None and covering_ack(e, known) is None]
+    if not old:
+        return conn.execute(delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)).rowcount
+    known = [acks.as_ack(r) for r in acks.list_acks(conn)]
+    boots = {(c, n): (a or {}).get("boot_time") if isinstance(a, dict) else None
+             for c, n, a in conn.execute(select(NodeT.c.cluster, NodeT.c.name, NodeT.c.agent))}
+    kept = [e["id"] for e in old if remedy_for(e) is not None and covering_ack(e, known) is None
+            and not _booted_since(boots.get((e["cluster"], e["node"])), e["onset"])]
     stmt = delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)
     if kept:
         stmt = stmt.where(EpisodeT.c.id.not_in(kept))
     return conn.execute(stmt).rowcount
+
+
+def _booted_since(boot_time, onset: float) -> bool:
+    return isinstance(boot_time, (int, float)) and not isinstance(boot_time, bool) and boot_time > onset
 
 
 def _delete_samples(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:

@@ -150,6 +150,14 @@ def test_a_fault_waiting_for_its_remedy_outlives_retention_and_the_history_windo
             ack_store.add_ack(conn, cluster="prod", node=NODE, gpu=6, acked_by="ops")
         assert node_of(httpx.get(f"{server.url}/api/v1/hints", timeout=30).json(), NODE)["action"] == "ok"
         assert apply_retention(engine, now=now, retention_s=7 * 86400)["episodes"] == 1
+
+        # An old XID 48 on a node that has booted since goes too.
+        open_episode(engine, node="gpu-node-001", gpu=2, cause="xid", severity="critical", onset=eight_days,
+                     resolved_at=eight_days + 5, evidence={"xids": [48]}, summary="GPU 2 hardware XID 48 (double-bit ECC error)")
+        assert apply_retention(engine, now=now, retention_s=7 * 86400)["episodes"] == 0
+        payload = body("gpu-node-001", T0 + 1) | {"agent": {"version": "0.1.0", "boot_time": T0}}
+        assert httpx.post(f"{server.url}/api/v1/samples", json=payload, timeout=30).status_code == 200
+        assert apply_retention(engine, now=now, retention_s=7 * 86400)["episodes"] == 1
     finally:
         engine.dispose()
         server.stop()
