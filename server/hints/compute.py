@@ -84,8 +84,9 @@ def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintS
 def mark_held(episodes: Iterable[Mapping[str, Any]], facts: GpuFacts | None, acks: Iterable[Ack],
               cfg: HintSettings) -> list[Mapping[str, Any]]:
     """The episodes, those held until a remedy (remedy.hold) copied with `held` set."""
-    if not cfg.hold_until_remedy:
-        return list(episodes)
+    episodes = list(episodes)
+    if not episodes or not cfg.hold_until_remedy:
+        return episodes
     remedies, acks = cfg.remedy_table(), list(acks)
     out: list[Mapping[str, Any]] = []
     for ep in episodes:
