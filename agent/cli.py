@@ -22,6 +22,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from agent import __version__
+from agent.boot import boot_time
 from agent.push import DEFAULT_CLUSTER, MemoryQueue, Pusher, SampleQueue
 from agent.runner import Runner, collect
 from agent.sample import NicSample, build_batch
@@ -334,14 +335,14 @@ def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -
 # --- main -----------------------------------------------------------------------------
 
 
-def agent_info(gpus) -> dict[str, str | None]:
+def agent_info(gpus) -> dict[str, str | float | None]:
     def ask(name: str) -> str | None:
         try:
             return getattr(gpus, name)()
         except Exception:
             return None
 
-    return {"version": __version__, "driver": ask("driver_version"), "cuda": ask("cuda_version")}
+    return {"version": __version__, "driver": ask("driver_version"), "cuda": ask("cuda_version"), "boot_time": boot_time()}
 
 
 def write_once(cfg: Config, sources: Sources) -> None:

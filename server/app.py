@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from server import __version__
 from server.alerts import runtime as alerts_runtime
 from server.api import (
+    acks,
     gpus,
     health,
     hints,
@@ -72,6 +73,7 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
         (metrics, () if settings.metrics_public else (READ,)),
         (tokens, (ADMIN,)),
         (token_self, SCOPES),
+        (acks, (ADMIN,)),
         (health, ()),
     ]
 

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from server import cli_hints, cli_stragglers, cli_tokens
+from server import cli_ack, cli_hints, cli_stragglers, cli_tokens
 from server.settings import Settings
 
 
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_stragglers.add_parser(sub)
     cli_hints.add_parser(sub)
+    cli_ack.add_parser(sub)
     cli_tokens.add_parser(sub, _database_flag)
     return parser
 

@@ -118,6 +118,7 @@ class AgentInfo(TypedDict, total=False):
     version: Short | None
     driver: Short | None
     cuda: Short | None
+    boot_time: NonNeg | None  # epoch seconds the node booted (/proc/stat btime): remedy evidence, server/hints/remedy.py
 
 
 @_wire

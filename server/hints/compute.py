@@ -11,6 +11,8 @@ size each rank's share from gpus[].capacity alone.
 Per node: the worst action and lowest capacity over its GPUs and its node-level hint (a
 synchronous job using the whole node runs at its slowest GPU); `since` is the earliest start
 among the hints live now.
+A resolved hardware fault whose remedy has not been seen nor acknowledged stays live past its
+cool-down (remedy.py); its reason carries `held` ({remedy, until}) and no `clears_at`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from server.hints.cooldown import current_chain
 from server.hints.mapping import action_for, capacity_for, worst
+from server.hints.remedy import Ack, GpuFacts, hold
 from server.hints.settings import RANK, Action, HintSettings
 
 
@@ -42,10 +45,12 @@ class EntityHint:
 
 
 def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintSettings,
-                table: Mapping[str, Action] | None = None) -> EntityHint:
-    """The hint of one GPU (or one node's node-level entity) from its episodes."""
+                table: Mapping[str, Action] | None = None, facts: GpuFacts | None = None,
+                acks: Iterable[Ack] = ()) -> EntityHint:
+    """The hint of one GPU (or one node's node-level entity) from its episodes, the facts of the
+    GPU (remedy evidence) and the operators' acks for its node."""
     table = cfg.action_table() if table is None else table
-    chain = current_chain(episodes, now, cfg.cooldown_s)
+    chain = current_chain(mark_held(episodes, facts, acks, cfg), now, cfg.cooldown_s)
     if chain is None:
         return EntityHint()
     reasons = []
@@ -53,11 +58,14 @@ def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintS
         action = action_for(ep["cause"], ep["severity"], cfg, table)
         capacity = capacity_for(ep["cause"], ep["severity"], ep.get("evidence"), action, cfg)
         resolved = ep.get("resolved_at")
-        reasons.append({
+        reason = {
             "episode": ep.get("id"), "gpu": ep.get("gpu"), "cause": ep["cause"], "severity": ep["severity"],
             "action": action, "capacity": capacity, "summary": ep.get("summary", ""), "onset": ep["onset"],
-            "resolved_at": resolved, "clears_at": None if resolved is None else float(resolved) + cfg.cooldown_s,
-        })
+            "resolved_at": resolved, "clears_at": None if resolved is None or ep.get("held") else float(resolved) + cfg.cooldown_s,
+        }
+        if ep.get("held"):
+            reason["held"] = ep["held"]
+        reasons.append(reason)
     action = worst(r["action"] for r in reasons)
     if action == "ok":  # every live episode is mapped to ok: nothing to hint
         return EntityHint()
@@ -73,15 +81,36 @@ def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintS
     return EntityHint(action=action, capacity=min(r["capacity"] for r in reasons), since=chain.since, reasons=reasons)
 
 
+def mark_held(episodes: Iterable[Mapping[str, Any]], facts: GpuFacts | None, acks: Iterable[Ack],
+              cfg: HintSettings) -> list[Mapping[str, Any]]:
+    """The episodes, those held until a remedy (remedy.hold) copied with `held` set."""
+    episodes = list(episodes)
+    if not episodes or not cfg.hold_until_remedy:
+        return episodes
+    remedies, acks = cfg.remedy_table(), list(acks)
+    out: list[Mapping[str, Any]] = []
+    for ep in episodes:
+        held = hold(ep, facts, acks, remedies)
+        out.append({**ep, "held": held} if held else ep)
+    return out
+
+
 def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNode], clocks: Mapping[str, float],
-                  cfg: HintSettings, *, generated_at: float) -> dict[str, Any]:
+                  cfg: HintSettings, *, generated_at: float, facts: Mapping[tuple[str, str, int], GpuFacts] | None = None,
+                  acks: Iterable[Ack] = ()) -> dict[str, Any]:
     """The hints document served by GET /api/v1/hints.
 
     episodes: episode dicts (store/episodes.py PUBLIC_FIELDS), open or recently resolved;
     nodes: every node known to the collector, with its GPUs;
-    clocks: cluster → newest sample time seen (the "now" of cool-downs).
+    clocks: cluster → newest sample time seen (the "now" of cool-downs);
+    facts: (cluster, node, GPU index) → what shows a remedy happened (remedy.GpuFacts);
+    acks: the operators' acknowledgements (remedy.Ack).
     """
     table = cfg.action_table()
+    facts = facts or {}
+    acks_by_node: dict[tuple[str, str], list[Ack]] = defaultdict(list)
+    for ack in acks:
+        acks_by_node[(ack.cluster, ack.node)].append(ack)
     by_entity: dict[tuple[str, str, int | None], list[Mapping[str, Any]]] = defaultdict(list)
     for ep in episodes:
         by_entity[(ep["cluster"], ep["node"], ep.get("gpu"))].append(ep)
@@ -103,11 +132,13 @@ def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNo
     out_nodes = []
     for (cluster, node), gpus in sorted(known.items()):
         now = clocks.get(cluster, 0.0)
-        node_level = entity_hint(by_entity.get((cluster, node, None), ()), now=now, cfg=cfg, table=table)
+        node_acks = acks_by_node.get((cluster, node), ())
+        node_level = entity_hint(by_entity.get((cluster, node, None), ()), now=now, cfg=cfg, table=table, acks=node_acks)
         gpu_out = []
         hints = [node_level]
         for index in sorted(gpus):
-            own = entity_hint(by_entity.get((cluster, node, index), ()), now=now, cfg=cfg, table=table)
+            own = entity_hint(by_entity.get((cluster, node, index), ()), now=now, cfg=cfg, table=table,
+                              facts=facts.get((cluster, node, index)), acks=node_acks)
             hints.append(own)
             gpu_out.append({
                 "index": index, "uuid": gpus[index],

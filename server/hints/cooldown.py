@@ -8,7 +8,10 @@ before the agents' new samples arrive. (Episodes' onset and resolved_at are samp
 
 An episode is *live* while it is open or resolved less than `cooldown_s` ago. Episodes of one
 GPU (or node-level entity) whose live spans [onset, resolved_at + cooldown_s] overlap or touch
-form one hint: a GPU that flaps keeps one hint with one `since`, the onset of the first."""
+form one hint: a GPU that flaps keeps one hint with one `since`, the onset of the first.
+
+An episode marked `held` (remedy.py: a hardware fault whose remedy has not been seen) is live
+however long ago it resolved."""
 
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ from typing import Any
 
 
 def live_until(episode: Mapping[str, Any], cooldown_s: float) -> float:
-    """Sample time at which the episode stops holding its hint (inf while open)."""
+    """Sample time at which the episode stops holding its hint (inf while open or held)."""
     resolved = episode.get("resolved_at")
-    return math.inf if resolved is None else float(resolved) + cooldown_s
+    return math.inf if resolved is None or episode.get("held") else float(resolved) + cooldown_s
 
 
 def is_live(episode: Mapping[str, Any], now: float, cooldown_s: float) -> bool:

@@ -13,19 +13,22 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from server.hints.compute import KnownNode, compute_hints
+from server.hints.remedy import Ack, GpuFacts, covering_ack, remedy_for
 from server.hints.render import by_node_name
 from server.hints.settings import HintSettings
+from server.store import acks as ack_store
 from server.store import episodes, schema
 
 log = logging.getLogger(__name__)
-NodeT, GpuT = schema.Node.__table__, schema.Gpu.__table__
+NodeT, GpuT, SampleT = schema.Node.__table__, schema.Gpu.__table__, schema.GpuSample.__table__
 _FAR_FUTURE = 1e300
 
 
 def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = None, generated_at: float | None = None) -> dict[str, Any]:
     """Compute the hints document from what is stored: nodes and their GPUs (the inventory),
-    each cluster's newest sample time (its "now"), and the episodes open or recently resolved."""
-    node_stmt = select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.last_seen)
+    each cluster's newest sample time (its "now"), the episodes open or recently resolved, and
+    for the hardware faults that wait for a remedy the facts that may show it and the acks."""
+    node_stmt = select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.last_seen, NodeT.c.agent)
     gpu_stmt = select(GpuT.c.node_id, GpuT.c.index, GpuT.c.uuid, GpuT.c.first_seen).join(NodeT, NodeT.c.id == GpuT.c.node_id)
     if cluster is not None:
         node_stmt = node_stmt.where(NodeT.c.cluster == cluster)
@@ -39,12 +42,64 @@ def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = Non
             slot[index] = (first_seen, uuid)
     clocks: dict[str, float] = {}
     nodes = []
-    for node_id, node_cluster, name, last_seen in node_rows:
+    boot_times: dict[tuple[str, str], float | None] = {}
+    for node_id, node_cluster, name, last_seen, agent in node_rows:
         clocks[node_cluster] = max(clocks.get(node_cluster, last_seen), last_seen)
         nodes.append(KnownNode(node_cluster, name, tuple((i, u) for i, (_, u) in sorted(gpus.get(node_id, {}).items()))))
+        boot_times[(node_cluster, name)] = _boot_time(agent)
     horizon = min(clocks.values(), default=0.0) - cfg.cooldown_s - cfg.history_s
     eps = episodes.episodes_between(conn, since=horizon, until=_FAR_FUTURE, cluster=cluster)
-    return compute_hints(eps, nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at)
+    eps += _held_before(conn, cfg, horizon, cluster)
+    acks = [ack_store.as_ack(r) for r in ack_store.list_acks(conn, cluster=cluster)] if cfg.hold_until_remedy else []
+    slots = {(n.cluster, n.name, i): u for n in nodes for i, u in n.gpus}
+    facts = _remedy_facts(conn, eps, acks, slots, boot_times, cfg) if cfg.hold_until_remedy else {}
+    return compute_hints(eps, nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at,
+                         facts=facts, acks=acks)
+
+
+def _boot_time(agent: Any) -> float | None:
+    value = agent.get("boot_time") if isinstance(agent, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _held_before(conn: Connection, cfg: HintSettings, horizon: float, cluster: str | None) -> list[dict[str, Any]]:
+    """Hardware-fault episodes resolved before the history horizon that may still hold a hint:
+    a fault waiting for its remedy is not forgotten because it is old."""
+    if not cfg.hold_until_remedy:
+        return []
+    old = episodes.resolved_before(conn, before=horizon, causes=("xid", "ecc"), cluster=cluster)
+    return [e for e in old if remedy_for(e, cfg.remedy_table()) is not None]
+
+
+def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], slots: dict[tuple[str, str, int], str | None],
+                  boot_times: dict[tuple[str, str], float | None], cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
+    """GpuFacts of the GPUs with a resolved fault that waits for a remedy nobody acknowledged;
+    for those whose node booted since, one newest-sample lookup each (the (gpu_id, ts) key)."""
+    facts: dict[tuple[str, str, int], GpuFacts] = {}
+    remedies = cfg.remedy_table()
+    for ep in eps:
+        key = (ep["cluster"], ep["node"], ep.get("gpu"))
+        if key[2] is None or key in facts or ep.get("resolved_at") is None or remedy_for(ep, remedies) is None:
+            continue
+        if covering_ack(ep, acks) is not None:
+            continue
+        boot_time = boot_times.get(key[:2])  # type: ignore[index]
+        # Samples matter only once the node booted after the fault: until then no lookup.
+        rebooted = boot_time is not None and boot_time > float(ep["onset"])
+        last = _newest_sample(conn, ep["cluster"], ep["node"], ep.get("uuid")) if rebooted else None
+        facts[key] = GpuFacts(uuid=slots.get(key), boot_time=boot_time, last_ts=last[0] if last else None,
+                              last_lost=last[1] if last else None, last_remap_pending=last[2] if last else None)
+    return facts
+
+
+def _newest_sample(conn: Connection, cluster: str, node: str, uuid: str | None):
+    if uuid is None:
+        return None
+    gpu_ids = select(GpuT.c.id).join(NodeT, NodeT.c.id == GpuT.c.node_id).where(
+        NodeT.c.cluster == cluster, NodeT.c.name == node, GpuT.c.uuid == uuid)
+    stmt = (select(SampleT.c.ts, SampleT.c.lost, SampleT.c.remapped_rows_pending).where(SampleT.c.gpu_id.in_(gpu_ids))
+            .order_by(SampleT.c.ts.desc()).limit(1))
+    return conn.execute(stmt).first()
 
 
 @dataclass

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from server.hints.remedy import XID_REMEDIES, RemedyOrNone
+
 Action = Literal["ok", "rebalance", "avoid", "drain"]
 # Worst last: a node or GPU with several problems takes the gravest action among them.
 ACTIONS: tuple[Action, ...] = ("ok", "rebalance", "avoid", "drain")
@@ -75,6 +77,16 @@ class HintSettings(BaseModel):
         description="A hint clears only once its episode has resolved and this much SAMPLE time has passed since "
         "(measured against the newest sample time of the cluster), so a flapping GPU stays out of the pool.",
     )
+    hold_until_remedy: bool = Field(
+        True,
+        description="A hardware fault whose remedy (NVIDIA's XID catalogue) is a GPU reset, a reboot or a field check keeps "
+        "its hint past the cool-down until the remedy is seen (the node rebooted after it and the GPU was sampled clean "
+        "since, or the GPU was replaced) or an operator acknowledges it (laggard ack); server/hints/remedy.py.",
+    )
+    xid_remedies: dict[int, RemedyOrNone] = Field(
+        default_factory=dict,
+        description="Overrides of the XID → remedy table (reset / reboot / field / none), e.g. {\"74\": \"field\"}.",
+    )
     history_s: float = Field(
         86400.0, description="How far back (sample time) resolved episodes are read to find when a hint began (`since`)."
     )
@@ -128,6 +140,9 @@ class HintSettings(BaseModel):
             if not cause or (colon and severity not in ("warning", "critical")):
                 raise ValueError(f"bad key {key!r}: use 'cause' or 'cause:warning' / 'cause:critical'")
         return actions
+
+    def remedy_table(self) -> dict[int, RemedyOrNone]:
+        return {**XID_REMEDIES, **self.xid_remedies}
 
     def action_table(self) -> dict[str, Action]:
         """The effective mapping: the defaults with the overrides laid over them."""

@@ -46,6 +46,14 @@ def episodes_between(conn: Connection, *, since: float, until: float, cluster: s
     return _rows(conn, stmt.order_by(EpisodeT.c.onset, EpisodeT.c.id))
 
 
+def resolved_before(conn: Connection, *, before: float, causes: tuple[str, ...], cluster: str | None = None) -> list[dict[str, Any]]:
+    """Episodes of these causes resolved before `before` (sample time)."""
+    stmt = select(EpisodeT).where(EpisodeT.c.resolved_at < before, EpisodeT.c.cause.in_(causes))
+    if cluster is not None:
+        stmt = stmt.where(EpisodeT.c.cluster == cluster)
+    return _rows(conn, stmt.order_by(EpisodeT.c.onset, EpisodeT.c.id))
+
+
 def active_for_detector(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(select(EpisodeT.c.id, EpisodeT.c.entity, EpisodeT.c.cause, EpisodeT.c.severity)
                                           .where(EpisodeT.c.resolved_at.is_(None))).mappings()]

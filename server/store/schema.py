@@ -252,3 +252,22 @@ class ApiToken(Base):
     nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class HintAck(Base):
+    """An operator's acknowledgement that the remedy of a hardware fault happened on a node (gpu
+    NULL) or one of its GPUs (server/hints/remedy.py): faults that began up to `sample_time`
+    stop holding its hint. Kept, so the record shows who cleared what, and when."""
+
+    __tablename__ = "hint_acks"
+    __table_args__ = (Index("ix_hint_acks_node", "cluster", "node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    node: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sample_time: Mapped[float] = mapped_column(Float)
+    acked_at: Mapped[float] = mapped_column(Float)
+    acked_by: Mapped[str] = mapped_column(String(253))
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    note: Mapped[str] = mapped_column(String(1000), default="")

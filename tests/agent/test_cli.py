@@ -163,7 +163,10 @@ def test_once_simulated_prints_valid_batch():
     body = json.loads(proc.stdout)
     assert body["version"] == 1
     assert body["node"] == "sim-1" and body["cluster"] == "default" and body["labels"] == {"rack": "r1"}
-    assert set(body["agent"]) == {"version", "driver", "cuda"}
+    assert set(body["agent"]) == {"version", "driver", "cuda", "boot_time"}
+    # The node's boot time (remedy evidence for hardware faults, server/hints/remedy.py).
+    btime = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime "))
+    assert body["agent"]["boot_time"] == btime
     [sample] = body["samples"]
     assert len(sample["gpus"]) == 2
     assert all("H100" in (g["model"] or "") for g in sample["gpus"])
