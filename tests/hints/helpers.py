@@ -43,9 +43,14 @@ def collector(settings: Settings):
         server.stop()
 
 
-def gpu(node: str, index: int, ts: float, **override: Any) -> dict[str, Any]:
+def uuid_of(node: str, index: int, cluster: str = "prod") -> str:
+    # A UUID names one physical GPU: a node of the same name in another cluster has others.
+    return f"GPU-{node}-{index}" if cluster == "prod" else f"GPU-{cluster}-{node}-{index}"
+
+
+def gpu(node: str, index: int, ts: float, *, cluster: str = "prod", **override: Any) -> dict[str, Any]:
     base = {
-        "index": index, "uuid": f"GPU-{node}-{index}", "model": "NVIDIA H100 80GB HBM3", "temp_c": 64.0 + index * 0.3,
+        "index": index, "uuid": uuid_of(node, index, cluster), "model": "NVIDIA H100 80GB HBM3", "temp_c": 64.0 + index * 0.3,
         "power_w": 600.0, "power_limit_w": 700.0, "sm_clock_mhz": 1980 - index, "sm_clock_max_mhz": 1980,
         "mem_clock_mhz": 2619, "mem_clock_max_mhz": 2619, "util_gpu_pct": 99.0, "util_mem_pct": 40.0,
         "clocks_event_reasons": 0x4, "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
@@ -63,7 +68,7 @@ HOT = {"temp_c": 91.0, "sm_clock_mhz": 1400, "clocks_event_reasons": 0x40}  # HW
 def body(node: str, ts: float, *, cluster: str = "prod", gpus: int = 8, faults: dict[int, dict] | None = None) -> dict[str, Any]:
     faults = faults or {}
     return {"version": 1, "node": node, "cluster": cluster, "labels": {"job": "llm"},
-            "samples": [{"ts": ts, "gpus": [gpu(node, i, ts, **faults.get(i, {})) for i in range(gpus)], "nics": []}]}
+            "samples": [{"ts": ts, "gpus": [gpu(node, i, ts, cluster=cluster, **faults.get(i, {})) for i in range(gpus)], "nics": []}]}
 
 
 def push(url: str, payload: dict[str, Any]) -> None:
@@ -82,7 +87,7 @@ def open_episode(engine, *, node: str, gpu: int | None, cause: str, severity: st
                  evidence: dict[str, Any] | None = None, summary: str | None = None, resolved_at: float | None = None) -> int:
     with engine.begin() as conn:
         ep = episodes.open_episode(
-            conn, cluster=cluster, node=node, gpu=gpu, uuid=None if gpu is None else f"GPU-{node}-{gpu}",
+            conn, cluster=cluster, node=node, gpu=gpu, uuid=None if gpu is None else uuid_of(node, gpu, cluster),
             entity=f"{cluster}/{node}/{gpu}/{cause}", cause=cause, severity=severity, onset=onset, detected_at=onset,
             evidence=evidence or {}, summary=summary or f"GPU {gpu} {cause}",
         )
