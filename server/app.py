@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
@@ -28,11 +29,12 @@ from server.api import (
     token_self,
     tokens,
 )
+from server.api.text_params import refuse_control_characters
 from server.auth.guard import Authenticator, require
 from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
 from server.detect.service import DetectionService
-from server.errors import ApiError
+from server.errors import ApiError, pydantic_details
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
 from server.settings import Settings
@@ -50,12 +52,14 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
     app.state.settings = settings
     for module, scopes in _router_scopes(settings):
-        app.include_router(module.router, dependencies=[Depends(require(*scopes))] if scopes else [])
+        guard = [Depends(require(*scopes))] if scopes else []
+        app.include_router(module.router, dependencies=[*guard, Depends(refuse_control_characters)])
     if settings.insecure:
         log.warning("AUTHENTICATION IS OFF (LAGGARD_INSECURE): anyone who reaches this collector can push samples, "
                     "read everything and drain nodes. Use it for demos and tests only.")
     metrics_runtime.install(app)  # ingest timing middleware (issue #5)
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected_error)
     app.openapi = lambda: _openapi(app)
     return app
@@ -151,10 +155,17 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
 
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    # FastAPI's own 422 adds "input", "ctx" and "url"; answer in the shape ingest uses.
+    return JSONResponse({"detail": pydantic_details(exc.errors())}, status_code=422)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     detail = [{"loc": [], "msg": f"internal error: {type(exc).__name__}", "type": "internal"}]
-    return JSONResponse({"detail": detail}, status_code=500)
+    # Starlette re-raises after this answer and uvicorn then drops the connection: say so, so
+    # that a keep-alive client does not send its next request into a closed socket.
+    return JSONResponse({"detail": detail}, status_code=500, headers={"Connection": "close"})
 
 
 def _openapi(app: FastAPI) -> dict:

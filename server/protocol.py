@@ -15,13 +15,25 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import NotRequired, TypedDict
 
-Name = Annotated[str, Field(min_length=1, max_length=253)]
+# No control characters (C0 and DEL) in any text: PostgreSQL refuses NUL in text columns
+# (stored on SQLite, a 500 on PostgreSQL), and a newline in a name forges log lines and Slurm
+# reasons. Node and cluster names are fetched back as one URL path segment, so no "/" either.
+# "^[^...]*$" is the one pattern form server/protocol_decoder.py carries over to msgspec.
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+PATH_SEGMENT = r"^[^\x00-\x1f\x7f/]*$"
+# What a failed pattern means, in words (server/errors.py puts these in the error message).
+PATTERN_MEANINGS = {
+    PRINTABLE: "must not contain control characters (U+0000-U+001F, U+007F)",
+    PATH_SEGMENT: "must not contain control characters or '/' (it is looked up as one URL path segment)",
+}
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=PRINTABLE)]
+PathName = Annotated[str, Field(min_length=1, max_length=253, pattern=PATH_SEGMENT)]
 # Counters are stored as signed 64-bit integers (PostgreSQL BIGINT).
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 NonNeg = Annotated[float, Field(ge=0)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Celsius = Annotated[float, Field(ge=-50, le=200)]
-Short = Annotated[str, Field(max_length=64)]
+Short = Annotated[str, Field(max_length=64, pattern=PRINTABLE)]
 # Physical ranges, generous enough for any GPU or NIC made or announced, tight enough that a
 # unit mix-up (kHz for MHz, mW for W) or garbage is refused instead of skewing the peer medians.
 MHz = Annotated[int, Field(ge=0, le=100_000)]
@@ -47,14 +59,14 @@ _wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 @_wire
 class Xid(TypedDict):
     xid: Annotated[int, Field(ge=0, le=65535)]
-    ts: float
+    ts: Annotated[float, Field(gt=0)]  # and not in the future (server/ingest.py), like a sample's
 
 
 @_wire
 class Gpu(TypedDict):
     index: Annotated[int, Field(ge=0, le=1023)]
     uuid: Name
-    model: NotRequired[Annotated[str, Field(max_length=128)] | None]
+    model: NotRequired[Annotated[str, Field(max_length=128, pattern=PRINTABLE)] | None]
     pci_bus_id: NotRequired[Short | None]
     lost: NotRequired[bool]  # default false
     temp_c: NotRequired[Celsius | None]
@@ -95,7 +107,7 @@ class Gpu(TypedDict):
 class Nic(TypedDict):
     device: Name
     port: Annotated[int, Field(ge=0, le=255)]
-    state: NotRequired[Annotated[str, Field(max_length=32)] | None]
+    state: NotRequired[Annotated[str, Field(max_length=32, pattern=PRINTABLE)] | None]
     rate_gbps: NotRequired[Gbps | None]
     tx_bytes_total: NotRequired[Count | None]
     rx_bytes_total: NotRequired[Count | None]
@@ -121,13 +133,22 @@ class AgentInfo(TypedDict, total=False):
     boot_time: NonNeg | None  # epoch seconds the node booted (/proc/stat btime): remedy evidence, server/hints/remedy.py
 
 
+def _key_pattern_as_property_names(schema: dict) -> None:
+    # pydantic publishes a key pattern as patternProperties, which lets any other key through
+    # unchecked; propertyNames is what refuses them, as the collector does.
+    ((pattern, values),) = schema.pop("patternProperties").items()
+    schema["propertyNames"]["pattern"] = pattern
+    schema["additionalProperties"] = values
+
+
 @_wire
 class Batch(TypedDict):
     version: Literal[1]
-    node: Name
-    cluster: NotRequired[Name]  # default "default"
-    labels: NotRequired[Annotated[dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=253)]],
-                                  Field(max_length=MAX_LABELS)]]
+    node: PathName
+    cluster: NotRequired[PathName]  # default "default"
+    labels: NotRequired[Annotated[dict[Annotated[str, Field(min_length=1, max_length=63, pattern=PRINTABLE)],
+                                       Annotated[str, Field(max_length=253, pattern=PRINTABLE)]],
+                                  Field(max_length=MAX_LABELS, json_schema_extra=_key_pattern_as_property_names)]]
     agent: NotRequired[AgentInfo | None]
     samples: Annotated[list[SampleIn], Field(max_length=MAX_SAMPLES)]
 

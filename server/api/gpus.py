@@ -22,8 +22,8 @@ def gpu_series(
     uuid: str,
     conn: ConnDep,
     metric: str = Query(..., description=f"one of: {', '.join(GPU_METRICS)}"),
-    since: float | None = Query(None, description="epoch seconds; default: one hour before `until`"),
-    until: float | None = Query(None, description="epoch seconds; default: now"),
+    since: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: one hour before `until`"),
+    until: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: now"),
     limit: int = Query(MAX_POINTS, ge=1, le=MAX_POINTS),
 ) -> dict[str, Any]:
     if metric not in GPU_METRICS:

@@ -29,8 +29,8 @@ def active(
 @router.get("/history", summary="Every episode that overlaps a range of sample time", responses={422: {}})
 def history(
     conn: ConnDep,
-    since: float = Query(..., description="epoch seconds (sample time)"),
-    until: float = Query(..., description="epoch seconds (sample time)"),
+    since: float = Query(..., allow_inf_nan=False, description="epoch seconds (sample time)"),
+    until: float = Query(..., allow_inf_nan=False, description="epoch seconds (sample time)"),
     cluster: str | None = None,
 ) -> dict[str, Any]:
     if since > until:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from server.auth import store
 from server.auth.tokens import SCOPES, parse_scopes
 from server.errors import ApiError
+from server.protocol import PRINTABLE, PathName
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
@@ -18,9 +19,10 @@ Scope = Annotated[str, Field(pattern="^(" + "|".join(SCOPES) + ")$")]
 
 class TokenRequest(BaseModel):
     scopes: Annotated[list[Scope], Field(min_length=1, max_length=len(SCOPES))]
-    name: Annotated[str, Field(max_length=253)] = ""
-    cluster: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    nodes: Annotated[list[Annotated[str, Field(min_length=1, max_length=253)]], Field(min_length=1, max_length=10_000)] | None = None
+    # The names a push carries (server/protocol.py): a binding to a name no push can send binds nothing.
+    name: Annotated[str, Field(max_length=253, pattern=PRINTABLE)] = ""
+    cluster: PathName | None = None
+    nodes: Annotated[list[PathName], Field(min_length=1, max_length=10_000)] | None = None
 
 
 class TokenOut(BaseModel):

@@ -4,13 +4,14 @@ starts using and this does not know fails loudly instead of being ignored."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import strategies as st
 
 KNOWN = {"type", "properties", "required", "items", "anyOf", "$ref", "const", "minimum", "maximum", "exclusiveMinimum",
          "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties", "additionalProperties", "propertyNames",
-         "title", "description", "default", "$defs"}
+         "pattern", "title", "description", "default", "$defs"}
 # Big enough to cover a real node (8 GPUs, 8 ports), small enough to keep examples quick.
 MAX_ITEMS = 4
 
@@ -39,13 +40,20 @@ def from_json_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None)
                          exclude_min="exclusiveMinimum" in schema, exclude_max="exclusiveMaximum" in schema,
                          allow_nan=False, allow_infinity=False)
     if kind == "string":
-        return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
+        text = st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
+        return text.filter(_matcher(schema["pattern"])) if "pattern" in schema else text
     if kind == "array":
         return st.lists(from_json_schema(schema["items"], defs), min_size=schema.get("minItems", 0),
                         max_size=min(schema.get("maxItems", MAX_ITEMS), MAX_ITEMS))
     if kind == "object":
         return _object(schema, defs)
     raise NotImplementedError(f"schema {schema} not handled by this strategy")
+
+
+def _matcher(pattern: str):
+    # A JSON Schema pattern is searched for, and its "$" is the end of the string; Python's
+    # "$" also matches before a final newline, "\\Z" does not.
+    return re.compile(pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern).search
 
 
 def _object(schema: dict[str, Any], defs: dict[str, Any]) -> st.SearchStrategy:

@@ -47,3 +47,25 @@ def test_pushes_apart_reuse_one_connection(collector):
         pusher.close(flush_timeout=0)
     assert pusher.stats.sent_samples == 2 and pusher.stats.failed_attempts == 0
     assert len(client_ports) == 2 and client_ports[0] == client_ports[1]  # one connection
+
+
+def test_an_unexpected_error_says_it_closes_the_connection(sqlite_url):
+    # uvicorn drops the connection after a 500 (Starlette re-raises the error once answered);
+    # without "Connection: close" a keep-alive client sends its next request into a closed
+    # socket. No request is known to cause one: a route that fails stands in for a bug.
+    app = create_app(Settings(database_url=sqlite_url, insecure=True))
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/broken", broken)
+    running = start_in_thread(app, log_level="critical")
+    try:
+        with httpx.Client(base_url=running.url, timeout=30) as http:
+            r = http.get("/broken")
+            assert r.status_code == 500
+            assert r.headers["connection"] == "close"
+            assert r.json()["detail"][0]["type"] == "internal"
+            assert http.get("/healthz").status_code == 200  # the client knew to open a new connection
+    finally:
+        running.stop()

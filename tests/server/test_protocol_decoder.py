@@ -58,6 +58,8 @@ ACCEPTED = {
     "tensor activity": _set([*GPU0, "tensor_active_pct"], 57.25),
     "tensor activity at 100": _set([*GPU0, "tensor_active_pct"], 100),
     "tensor activity null": _set([*GPU0, "tensor_active_pct"], None),
+    "non-ASCII and C1 in a name": _set(["node"], "nœud-\u0085-\u00a0"),  # control characters are C0 and DEL only
+    "slash in a uuid": _set([*GPU0, "uuid"], "MIG-GPU-1/2/0"),  # only node and cluster are URL path segments
 }
 
 REJECTED = {
@@ -88,6 +90,17 @@ REJECTED = {
     "lost not a bool": _set([*GPU0, "lost"], 1),
     "tensor activity over 100": _set([*GPU0, "tensor_active_pct"], 100.5),
     "tensor activity negative": _set([*GPU0, "tensor_active_pct"], -1.0),
+    "NUL in node": _set(["node"], "n\x00"),
+    "NUL in uuid": _set([*GPU0, "uuid"], "\x00"),
+    "NUL in model": _set([*GPU0, "model"], "H100\x00"),
+    # Python's re matches "$" before a final newline too; pydantic's regex does not.
+    "newline ending the node": _set(["node"], "n1\n"),
+    "newline ending a label value": _set(["labels"], {"job": "a\n"}),
+    "DEL in pci bus id": _set([*GPU0, "pci_bus_id"], "\x7f"),
+    "control character in a label key": _set(["labels"], {"\x01": "x"}),
+    "slash in node": _set(["node"], "a/b"),
+    "slash in cluster": _set(["cluster"], "/"),
+    "zero xid ts": _set([*GPU0, "xids"], [{"xid": 79, "ts": 0}]),
 }
 
 

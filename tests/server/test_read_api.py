@@ -86,6 +86,42 @@ def test_gpu_series_bad_queries(api, params, status, loc):
     assert r.json()["detail"][0]["loc"] == loc
 
 
+NON_FINITE = [
+    # (path, query, loc of the error): nan and inf parsed as floats and compared as such
+    ("/api/v1/gpus/{uuid}/series", {"metric": "temp_c", "since": "nan"}, ["query", "since"]),
+    ("/api/v1/gpus/{uuid}/series", {"metric": "temp_c", "until": "inf"}, ["query", "until"]),
+    ("/api/v1/gpus/{uuid}/series", {"metric": "temp_c", "since": "-infinity", "until": "1"}, ["query", "since"]),
+    ("/api/v1/stragglers/history", {"since": "nan", "until": "1"}, ["query", "since"]),
+    ("/api/v1/stragglers/history", {"since": "0", "until": "inf"}, ["query", "until"]),
+]
+
+
+@pytest.mark.parametrize("path,params,loc", NON_FINITE, ids=[f"{p[0]} {p[1]}" for p in NON_FINITE])
+def test_non_finite_time_bounds_are_422(api, path, params, loc):
+    body = batch(gpus=1, ts=T0)
+    _push(api, body)
+    r = api.get(path.format(uuid=body["samples"][0]["gpus"][0]["uuid"]), params=params)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == loc
+
+
+@pytest.mark.parametrize(
+    "path,params",
+    [
+        ("/api/v1/gpus/GPU-x/series", {"metric": "temp_c", "since": "yesterday"}),  # not a number
+        ("/api/v1/gpus/GPU-x/series", {"metric": "temp_c", "limit": "0"}),  # out of range
+        ("/api/v1/stragglers/history", {}),  # missing
+        ("/api/v1/stragglers", {"cause": "boredom"}),  # not one of the causes
+    ],
+)
+def test_read_api_422_bodies_have_the_shape_ingest_uses(api, path, params):
+    # FastAPI's own validation errors carried "input", "ctx" and "url" besides loc/msg/type.
+    r = api.get(path, params=params)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail and all(set(d) == {"loc", "msg", "type"} and d["loc"][0] == "query" for d in detail), detail
+
+
 def test_unknown_gpu_is_404(api):
     assert api.get("/api/v1/gpus/GPU-none/series", params={"metric": "temp_c"}).status_code == 404
 
