@@ -13,6 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from server import __version__
 from server.alerts import runtime as alerts_runtime
@@ -31,6 +32,7 @@ from server.api import (
 )
 from server.api.text_params import refuse_control_characters
 from server.auth.guard import Authenticator, require
+from server.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
 from server.detect.service import DetectionService
@@ -58,8 +60,11 @@ def create_app(settings: Settings) -> FastAPI:
         log.warning("AUTHENTICATION IS OFF (LAGGARD_INSECURE): anyone who reaches this collector can push samples, "
                     "read everything and drain nodes. Use it for demos and tests only.")
     metrics_runtime.install(app)  # ingest timing middleware (issue #5)
+    app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(BodyTimeout, body_timeout_error)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(Exception, _unexpected_error)
     app.openapi = lambda: _openapi(app)
     return app

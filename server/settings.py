@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     gpu_move_after_s: float = Field(
         300.0, gt=0, description="A GPU (by UUID) moves to another node only once its node has not reported it for this long; "
                                  "until then a second node reporting it gets 409 (server/store/ids.py).")
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="A request body must arrive whole within this many seconds of the request's headers (408 and the "
+                                "connection closed beyond), so that a client sending less than its Content-Length cannot hold a "
+                                "connection. 16 MiB in 30 s needs 0.6 MB/s.",
+    )
 
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
