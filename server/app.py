@@ -44,6 +44,7 @@ from server.store import migrate
 from server.store.engine import make_engine
 from server.store.partitions import ensure_partitions
 from server.store.retention import apply_retention
+from server.store.write_health import WriteHealth
 from server.store.writer import IngestWriter
 from server.store.writer_service import RemoteWriter
 
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
     app.state.settings = settings
+    app.state.write_health = WriteHealth(hold_s=settings.write_failure_unready_s)
     for module, scopes in _router_scopes(settings):
         guard = [Depends(require(*scopes))] if scopes else []
         app.include_router(module.router, dependencies=[*guard, Depends(refuse_control_characters)])

@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     )
     hints: HintSettings = Field(default_factory=HintSettings, description="Scheduler hints (server/hints, docs/rebalancing.md).")
 
+    write_failure_unready_s: float = Field(
+        30.0, description="After a push fails for the database's reason (disk full, database unreachable), /readyz answers 503 "
+                          "until a push succeeds, for at most this long: a collector taken out of its Service sees no pushes, "
+                          "so it then reports ready again to try.",
+    )
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
     # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).

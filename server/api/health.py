@@ -14,11 +14,14 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="The database answers", responses={503: {}})
+@router.get("/readyz", summary="The database answers and takes writes", responses={503: {}})
 def readyz(request: Request) -> JSONResponse:
     try:
         with request.app.state.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:  # any failure to reach the database means "not ready"
         return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, status_code=503)
-    return JSONResponse({"status": "ok", "database": "ok"})
+    # Answering is not enough: a full disk still answers SELECT 1 and refuses every push.
+    if (failure := request.app.state.write_health.failing()) is not None:
+        return JSONResponse({"status": "unavailable", "database": "ok", "writes": failure}, status_code=503)
+    return JSONResponse({"status": "ok", "database": "ok", "writes": "ok"})

@@ -9,9 +9,9 @@ import time
 from fastapi import APIRouter, Request, Response
 from server.errors import ApiError
 from server.ingest import content_is_gzip, decode_rows, read_body
-from server.store.engine import database_unavailable
+from server.store.engine import database_unavailable, disk_full
 from server.store.ids import GpuClaimConflict
-from server.store.writer_service import WriterUnavailable
+from server.store.writer_service import WriterDiskFull, WriterUnavailable
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
     "/samples",
     summary="Push a batch of samples from one node",
     response_model=dict[str, int],
-    responses={400: {}, 409: {}, 413: {}, 415: {}, 422: {}, 503: {}},
+    responses={400: {}, 408: {}, 409: {}, 413: {}, 415: {}, 422: {}, 503: {}, 507: {}},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
 )
 async def post_samples(request: Request) -> Response:
@@ -35,6 +35,7 @@ async def post_samples(request: Request) -> Response:
         decode_rows, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s,
         principal=request.state.principal,  # set by the router's auth dependency (server/auth/guard.py)
     )
+    health = request.app.state.write_health
     try:
         accepted = await asyncio.wrap_future(writer.submit(decode))
     except ApiError:
@@ -42,10 +43,16 @@ async def post_samples(request: Request) -> Response:
     except GpuClaimConflict as conflict:
         raise ApiError(409, str(conflict), loc=["body", "samples", "gpus", "uuid"], type="gpu_conflict") from None
     except Exception as exc:
+        # Nothing was committed: the agent keeps the batch and retries later.
+        if isinstance(exc, WriterDiskFull) or disk_full(exc):
+            health.failed("disk full")
+            raise ApiError(507, "disk full: the database has no space left; nothing was stored", loc=["database"], type="disk_full",
+                           headers={"Retry-After": "30"}) from exc
         if _database_unavailable(exc):
-            # Nothing was committed: the agent keeps the batch and retries later.
+            health.failed(f"database unavailable: {type(exc).__name__}")
             raise ApiError(503, f"database unavailable: {type(exc).__name__}", loc=["database"], type="unavailable", headers={"Retry-After": "5"}) from exc
         raise
+    health.succeeded()
     return Response(b'{"accepted":%d}' % accepted, media_type="application/json")
 
 

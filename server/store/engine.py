@@ -46,6 +46,19 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+# SQLite's SQLITE_FULL ("database or disk is full") and PostgreSQL's SQLSTATE disk_full.
+_PG_DISK_FULL = "53100"
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a failed write found no space left for the database: the agent should send the
+    batch again once an operator has freed some, and the collector is not ready meanwhile."""
+    cause = getattr(exc, "orig", None) or exc
+    if isinstance(cause, sqlite3.Error):
+        return (getattr(cause, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return getattr(cause, "sqlstate", None) == _PG_DISK_FULL
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """Whether a failed write is the database's state (down, locked, pool exhausted) rather
     than the batch's fault: the agent should send it again later."""

@@ -26,19 +26,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Callable
 
-from server.store.engine import database_unavailable, make_engine
+from server.store.engine import database_unavailable, disk_full, make_engine
 from server.store.ids import GpuClaimConflict
 from server.store.samples import UnresolvedBatch
 from server.store.writer import IngestWriter
 
 log = logging.getLogger(__name__)
 
-COMMITTED, UNAVAILABLE, FAILED, CONFLICT = "committed", "unavailable", "failed", "conflict"
+COMMITTED, UNAVAILABLE, DISK_FULL, FAILED, CONFLICT = "committed", "unavailable", "disk full", "failed", "conflict"
 
 
 class WriterUnavailable(ConnectionError):
     """The writer process could not store the batch now (database down, or the process gone):
     nothing was committed, and the agent should retry."""
+
+
+class WriterDiskFull(WriterUnavailable):
+    """The writer process found no space left for the database: nothing was committed."""
 
 
 class WriterFailed(RuntimeError):
@@ -136,7 +140,7 @@ def _serve_connection(conn: Connection, writer: IngestWriter) -> None:
         elif isinstance(exc, GpuClaimConflict):
             message = (request_id, CONFLICT, exc.fields())
         else:
-            message = (request_id, UNAVAILABLE if database_unavailable(exc) else FAILED, f"{type(exc).__name__}: {exc}")
+            message = (request_id, _failure_kind(exc), f"{type(exc).__name__}: {exc}")
         try:
             with send_lock:
                 conn.send(message)
@@ -151,6 +155,12 @@ def _serve_connection(conn: Connection, writer: IngestWriter) -> None:
             return
         done = writer.submit(lambda batch=batch: batch)
         done.add_done_callback(lambda f, request_id=request_id: reply(request_id, f))
+
+
+def _failure_kind(exc: BaseException) -> str:
+    if disk_full(exc):
+        return DISK_FULL
+    return UNAVAILABLE if database_unavailable(exc) else FAILED
 
 
 # --- the worker side ------------------------------------------------------------------------
@@ -244,7 +254,7 @@ class RemoteWriter:
                 done.set_exception(GpuClaimConflict(**value))
             else:
                 self.failed_batches += 1
-                done.set_exception((WriterUnavailable if kind == UNAVAILABLE else WriterFailed)(value))
+                done.set_exception(_REMOTE_FAILURES[kind](value))
 
     def _lost(self, exc: BaseException, conn: Connection | None = None) -> None:
         """The writer process went away: whatever it had not confirmed may not be stored, so
@@ -258,3 +268,6 @@ class RemoteWriter:
                 done.set_exception(WriterUnavailable(f"ingest writer process lost: {exc}"))
         if conn is not None:
             conn.close()
+
+
+_REMOTE_FAILURES = {UNAVAILABLE: WriterUnavailable, DISK_FULL: WriterDiskFull, FAILED: WriterFailed}
