@@ -29,7 +29,7 @@ from sqlalchemy import insert  # noqa: E402
 
 from agent.metrics import render  # noqa: E402
 from server.app import create_app  # noqa: E402
-from server.metrics import counters  # noqa: E402
+from server.store import counters  # noqa: E402
 from server.serve import start_in_thread  # noqa: E402
 from server.settings import Settings  # noqa: E402
 from server.store import migrate, schema  # noqa: E402

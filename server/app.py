@@ -37,6 +37,7 @@ from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
 from server.detect.service import DetectionService
 from server.errors import ApiError, pydantic_details
+from server.hints.held import held_fault_ids
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
 from server.settings import Settings
@@ -149,7 +150,8 @@ async def _retention_loop(settings: Settings, engine) -> None:
             log.exception("creating partitions failed; samples go to the default partition meanwhile")
         try:
             deleted = await asyncio.to_thread(
-                apply_retention, engine, now=time.time(), retention_s=settings.retention_days * 86400
+                apply_retention, engine, now=time.time(), retention_s=settings.retention_days * 86400,
+                keep_episodes=held_fault_ids if settings.hints.hold_until_remedy else None,
             )
             if any(deleted.values()):
                 log.info("retention deleted %s", deleted)

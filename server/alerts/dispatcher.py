@@ -35,8 +35,7 @@ from server.alerts import targets
 from server.alerts.payload import alert_for_episode, group_key
 from server.alerts.routing import Receiver, Routing
 from server.alerts.settings import AlertSettings
-from server.metrics import counters
-from server.store import schema
+from server.store import counters, schema
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, insert, select
 
 from server.alerts.payload import alert_for_episode
-from server.metrics import counters
-from server.store import schema
+from server.store import counters, schema
 
 EpisodeT = schema.Episode.__table__
 OutboxT = schema.AlertOutbox.__table__

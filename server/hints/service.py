@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from server.hints.compute import KnownNode, compute_hints
+from server.hints.held import as_ack
 from server.hints.remedy import Ack, GpuFacts, covering_ack, remedy_for
 from server.hints.render import by_node_name
 from server.hints.settings import HintSettings
@@ -50,7 +51,7 @@ def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = Non
     horizon = min(clocks.values(), default=0.0) - cfg.cooldown_s - cfg.history_s
     eps = episodes.episodes_between(conn, since=horizon, until=_FAR_FUTURE, cluster=cluster)
     eps += _held_before(conn, cfg, horizon, cluster)
-    acks = [ack_store.as_ack(r) for r in ack_store.list_acks(conn, cluster=cluster)] if cfg.hold_until_remedy else []
+    acks = [as_ack(r) for r in ack_store.list_acks(conn, cluster=cluster)] if cfg.hold_until_remedy else []
     slots = {(n.cluster, n.name, i): u for n in nodes for i, u in n.gpus}
     facts = _remedy_facts(conn, eps, acks, slots, boot_times, cfg) if cfg.hold_until_remedy else {}
     return compute_hints(eps, nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at,

@@ -26,9 +26,8 @@ from sqlalchemy import Connection, Engine, select, text
 from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
 from server.detect.observe import peer_group
-from server.metrics import counters
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
-from server.store import schema
+from server.store import counters, schema
 
 log = logging.getLogger(__name__)
 

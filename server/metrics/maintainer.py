@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, text
 
-from server.metrics import counters
 from server.metrics.ingest import IngestRecorder
 from server.metrics.settings import MetricsSettings
+from server.store import counters
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)

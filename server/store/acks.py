@@ -1,4 +1,4 @@
-"""Operators' acknowledgements of a hardware fault's remedy (server/hints/remedy.py). Keyword-only
+"""Operators' acknowledgements of a hardware fault's remedy (server/hints/remedy.py, held.py). Keyword-only
 functions over a Connection; the caller owns the transaction."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
-from server.hints.remedy import Ack
 from server.store import schema
 
 AckT, NodeT = schema.HintAck.__table__, schema.Node.__table__
@@ -40,7 +39,3 @@ def list_acks(conn: Connection, *, cluster: str | None = None, node: str | None 
         stmt = stmt.where(AckT.c.node == node)
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
-
-def as_ack(row: dict[str, Any]) -> Ack:
-    return Ack(cluster=row["cluster"], node=row["node"], gpu=row["gpu"], sample_time=row["sample_time"],
-               acked_at=row["acked_at"], acked_by=row["acked_by"], note=row["note"] or "")

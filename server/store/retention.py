@@ -5,21 +5,25 @@ row; a day partition goes once all of it is past the horizon, so up to a day mor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 from sqlalchemy import Connection, Engine, bindparam, delete, select, text
 
-from server.hints.remedy import covering_ack, remedy_for
-from server.store import acks, episodes, partitions, schema
+from server.store import partitions, schema
 
 GpuSampleT = schema.GpuSample.__table__
 NicSampleT = schema.NicSample.__table__
 XidT = schema.XidEvent.__table__
 LogT = schema.IngestLog.__table__
 EpisodeT = schema.Episode.__table__
-NodeT = schema.Node.__table__
+# Given a connection and the cutoff: ids of episodes resolved before it that must stay.
+KeepEpisodes = Callable[[Connection, float], Collection[int]]
 
 
-def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[str, int]:
-    """Delete rows older than now - retention_s; returns rows deleted per table."""
+def apply_retention(engine: Engine, *, now: float, retention_s: float, keep_episodes: KeepEpisodes | None = None) -> dict[str, int]:
+    """Delete rows older than now - retention_s; returns rows deleted per table. Resolved
+    episodes past it go too, but for those `keep_episodes` names (server/hints/held.py: a
+    hardware fault still waiting for its remedy)."""
     cutoff = now - retention_s
     with engine.begin() as conn:
         return {
@@ -28,31 +32,16 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float) -> dict[s
             "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
             "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
             # Open episodes stay, however old: they are still true.
-            "episodes": _delete_episodes(conn, cutoff),
+            "episodes": _delete_episodes(conn, cutoff, keep_episodes),
         }
 
 
-def _delete_episodes(conn: Connection, cutoff: float) -> int:
-    # A hardware fault still waiting for its remedy stays until an ack covers it or its node
-    # booted since: forgetting it would put its GPU back in service (server/hints/remedy.py).
-    # (A GPU that came back from that reboot lost, missing or with rows pending remap has
-    # episodes of its own by then.)
-    old = episodes.resolved_before(conn, before=cutoff, causes=("xid", "ecc"))
-    if not old:
-        return conn.execute(delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)).rowcount
-    known = [acks.as_ack(r) for r in acks.list_acks(conn)]
-    boots = {(c, n): (a or {}).get("boot_time") if isinstance(a, dict) else None
-             for c, n, a in conn.execute(select(NodeT.c.cluster, NodeT.c.name, NodeT.c.agent))}
-    kept = [e["id"] for e in old if remedy_for(e) is not None and covering_ack(e, known) is None
-            and not _booted_since(boots.get((e["cluster"], e["node"])), e["onset"])]
+def _delete_episodes(conn: Connection, cutoff: float, keep_episodes: KeepEpisodes | None) -> int:
+    kept = list(keep_episodes(conn, cutoff)) if keep_episodes is not None else []
     stmt = delete(EpisodeT).where(EpisodeT.c.resolved_at < cutoff)
     if kept:
         stmt = stmt.where(EpisodeT.c.id.not_in(kept))
     return conn.execute(stmt).rowcount
-
-
-def _booted_since(boot_time, onset: float) -> bool:
-    return isinstance(boot_time, (int, float)) and not isinstance(boot_time, bool) and boot_time > onset
 
 
 def _delete_samples(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:

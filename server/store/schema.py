@@ -228,7 +228,7 @@ class AlertDelivery(Base):
 
 class MetricCounter(Base):
     """Counters kept in the database, so every worker and replica exposes the same values
-    (server/metrics/counters.py). `labels` is the label set as canonical JSON."""
+    (server/store/counters.py). `labels` is the label set as canonical JSON."""
 
     __tablename__ = "metric_counters"
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from server.metrics import counters
+from server.store import counters
 from server.store.ids import GpuClaimConflict, IdCache, IdResolver
 from server.store.samples import PreparedBatch, SampleWriter, UnresolvedBatch
 from server.store.write_lock import WriteTurn

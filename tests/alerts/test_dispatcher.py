@@ -14,7 +14,7 @@ from server.alerts.dispatcher import AlertDispatcher
 from server.alerts.outbox import record_episode_change
 from server.alerts.routing import load_routing
 from server.alerts.settings import AlertSettings
-from server.metrics import counters
+from server.store import counters
 from server.store import episodes, migrate, schema
 from server.store.engine import make_engine
 
