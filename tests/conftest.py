@@ -48,3 +48,15 @@ def sqlite_url(tmp_path):
 def database_url(request):
     """Every storage test runs on both databases."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def migrated_engine(database_url):
+    """An engine on either database with the schema at head."""
+    from server.store import migrate
+    from server.store.engine import make_engine
+
+    engine = make_engine(database_url)
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()

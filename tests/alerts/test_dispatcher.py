@@ -15,8 +15,7 @@ from server.alerts.outbox import record_episode_change
 from server.alerts.routing import load_routing
 from server.alerts.settings import AlertSettings
 from server.store import counters
-from server.store import episodes, migrate, schema
-from server.store.engine import make_engine
+from server.store import episodes, schema
 
 
 class Clock:
@@ -40,11 +39,8 @@ class Transport:
 
 
 @pytest.fixture
-def engine(database_url):
-    engine = make_engine(database_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
+def engine(migrated_engine):
+    return migrated_engine
 
 
 def make(engine, transport: Transport, clock: Clock, **cfg) -> AlertDispatcher:

@@ -12,18 +12,14 @@ from sqlalchemy import select
 
 from server.auth import store
 from server.auth.tokens import key_id_of
-from server.store import migrate, schema
-from server.store.engine import make_engine
+from server.store import schema
 from tests.auth.test_scopes import push
 from tests.server.payloads import batch
 
 
 @pytest.fixture
-def engine(database_url):
-    engine = make_engine(database_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
+def engine(migrated_engine):
+    return migrated_engine
 
 
 def test_store_keeps_only_a_hash_and_finds_the_principal(engine):

@@ -7,19 +7,15 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from server.store import migrate, schema
-from server.store.engine import make_engine
+from server.store import schema
 from server.store.ids import Claimant, GpuClaimConflict, IdCache, IdResolver
 
 T0 = 1_790_000_000.0
 
 
 @pytest.fixture
-def engine(database_url):
-    engine = make_engine(database_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
+def engine(migrated_engine):
+    return migrated_engine
 
 
 def test_a_gpu_registered_meanwhile_for_another_node_is_a_conflict_not_a_move(engine):
