@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from server import __version__
+from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
     gpus,
@@ -92,6 +93,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.writer = writer
     app.state.auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
                                    limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
+    app.state.admission = Admission(settings.ingest_limits, engine)
     detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
                                  leader_retry_s=settings.leader_retry_s)
     if settings.detection_enabled:
@@ -118,7 +120,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
     if settings.ingest_writer_socket and settings.ingest_writer_key:
         return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
-    return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies)
+    return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies,
+                        slice_rows=settings.ingest_slice_rows)
 
 
 async def _retention_loop(settings: Settings, engine) -> None:

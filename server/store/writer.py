@@ -10,13 +10,17 @@ fails, each batch is retried on its own so one bad batch cannot sink its neighbo
 
 With several worker processes on SQLite only one can write at a time (write_lock.py). A
 writer that finds the turn taken keeps decoding what arrives meanwhile, so that the wait
-overlaps useful work and its next group commit is larger."""
+overlaps useful work and its next group commit is larger.
+
+Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py); a batch
+of more than `slice_rows` rows is cut into slices (slices.py) that go to the front of its lane,
+and a group holds at most about two slices' worth of rows: the largest batch no longer holds
+the writer for seconds, and another token's push waits for at most a slice of it."""
 
 from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -25,7 +29,9 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from server.store.ids import IdCache, IdResolver
+from server.store.fair_queue import CLOSED, FairQueue
 from server.store.samples import PreparedBatch, SampleWriter, UnresolvedBatch
+from server.store.slices import row_count, split
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)
@@ -36,24 +42,24 @@ _TURN_POLL_S = 0.0005
 
 @dataclass
 class _Job:
-    decode: Callable[[], UnresolvedBatch]
+    decode: Callable[[], UnresolvedBatch] | None
     done: Future
+    key: str = ""
     batch: UnresolvedBatch | None = None
     prepared: PreparedBatch | None = None  # None: a node, GPU or NIC is new; built in the transaction
-
-
-_STOP = object()
+    whole: Future | None = None  # a slice's: the request's future, answered once every slice is stored
 
 
 class IngestWriter:
-    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64):
+    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, slice_rows: int = 4096):
         self.engine = engine
         self.group_max = group_max
+        self.slice_rows = slice_rows
         self.ids = IdCache()
         self._ids_lock = threading.Lock()
         self._rows = SampleWriter(engine.dialect.name)
         self._turn = WriteTurn.for_engine(engine)
-        self._queue: queue.Queue = queue.Queue()
+        self._queue = FairQueue()
         self._threads = [threading.Thread(target=self._run, name=f"ingest-writer-{i}", daemon=True) for i in range(threads)]
         self.committed_samples = 0
         self.failed_batches = 0
@@ -69,18 +75,17 @@ class IngestWriter:
 
     def stop(self) -> None:
         """Finish what was queued, then stop."""
-        for _ in self._threads:
-            self._queue.put(_STOP)
+        self._queue.close()
         for t in self._threads:
             t.join()
         self._turn.close()
         gc.unfreeze()  # what was frozen and has since become garbage can be collected again
 
-    def submit(self, decode: Callable[[], UnresolvedBatch]) -> Future:
-        """Queue a batch; the future gives the number of samples committed, or raises what
-        decode() or the database raised."""
+    def submit(self, decode: Callable[[], UnresolvedBatch], key: str = "") -> Future:
+        """Queue a batch in `key`'s lane (the pushing token's); the future gives the number of
+        samples committed, or raises what decode() or the database raised."""
         done: Future = Future()
-        self._queue.put(_Job(decode, done))
+        self._queue.put(_Job(decode, done, key), key)
         return done
 
     def _run(self) -> None:
@@ -98,42 +103,60 @@ class IngestWriter:
         """Decode jobs into a group until the write turn is ours. Returns the group, with the
         turn held unless the group is empty, and whether to stop."""
         group: list[_Job] = []
+        rows, full = 0, set()  # rows in the group; lanes whose next job would make it too large
         while len(group) < self.group_max:
             # What is already queued joins the group; then the turn, if it is free. If another
             # process holds it, decode what arrives in the meantime.
-            item = self._get(0 if group else None)
+            item = self._queue.get(0 if group else None, skip=full)
             if item is None:
                 if self._turn.acquire(blocking=False):
                     return group, False
-                item = self._get(_TURN_POLL_S)
+                item = self._queue.get(_TURN_POLL_S, skip=full)
                 if item is None:
                     continue
-            if item is _STOP:
+            if item is CLOSED:
                 break
-            if self._ready(item):
-                group.append(item)
+            if not self._ready(item):
+                continue
+            cost = row_count(item.batch)
+            if group and rows + cost > 2 * self.slice_rows:
+                self._queue.put_front([item], item.key)  # first in the next group
+                full.add(item.key)
+                continue
+            self._prepare(item)
+            group.append(item)
+            rows += cost
         if group:
             self._turn.acquire()
-        return group, item is _STOP
-
-    def _get(self, timeout: float | None) -> object | None:
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        return group, item is CLOSED
 
     def _ready(self, job: _Job) -> bool:
-        """Decode, and build the rows if every id is known; False if the request was refused."""
+        """Decode (once); False if the request was refused, or cut into slices, which now
+        stand first in its lane."""
+        if job.whole is not None and job.whole.done():
+            job.done.cancel()  # an earlier slice failed and the request has its answer
+            return False
+        if job.batch is not None:
+            return True
         try:
             job.batch = job.decode()
         except Exception as exc:  # the request's own fault: answered, never stored
             job.done.set_exception(exc)
             return False
+        slices = split(job.batch, self.slice_rows)
+        if len(slices) == 1:
+            return True
+        parts = [_Job(None, Future(), job.key, batch, whole=job.done) for batch in slices]
+        _answer_when_all_stored(job.done, [p.done for p in parts])
+        self._queue.put_front(parts, job.key)
+        return False
+
+    def _prepare(self, job: _Job) -> None:
+        """Build the rows now if every id is known."""
         try:
             job.prepared = self._rows.prepare(IdResolver(None, self.ids), job.batch)
         except Exception:  # CacheMiss; anything else fails again, answered, in the transaction
             job.prepared = None
-        return True
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         try:
@@ -163,7 +186,32 @@ class IngestWriter:
         return counts
 
     def _fail(self, job: _Job, exc: Exception) -> None:
+        if job.whole is not None and job.whole.done():
+            job.done.cancel()
+            return
         log.warning("ingest batch from node %s failed: %s", job.batch.node, exc)
         with self._ids_lock:
             self.failed_batches += 1
         job.done.set_exception(exc)
+
+
+def _answer_when_all_stored(whole: Future, parts: list[Future]) -> None:
+    """`whole` gets the samples of every part once all are committed, or the first failure."""
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def one_done(part: Future) -> None:
+        if part.cancelled():
+            return
+        exc = part.exception()
+        with lock:  # slices may be committed by several writer threads (PostgreSQL)
+            left[0] -= 1
+            if whole.done():
+                return
+            if exc is not None:
+                whole.set_exception(exc)
+            elif left[0] == 0:
+                whole.set_result(sum(p.result() for p in parts))
+
+    for part in parts:
+        part.add_done_callback(one_done)

@@ -187,7 +187,8 @@ class RemoteWriter:
                 self._conn.close()
                 self._conn = None
 
-    def submit(self, decode: Callable[[], UnresolvedBatch]) -> Future:
+    def submit(self, decode: Callable[[], UnresolvedBatch], key: str = "") -> Future:
+        # The writer process keeps one lane for all workers; it still commits large batches in slices.
         done: Future = Future()
         self._decoder.submit(self._decode_and_send, decode, done)
         return done
