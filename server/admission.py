@@ -57,18 +57,24 @@ class Admission:
         finally:
             self.in_flight.leave(key)
 
-    def checked(self, decode: Callable[[], UnresolvedBatch], principal: Principal) -> tuple[Callable[[], UnresolvedBatch], str]:
-        """`decode` followed by the checks that need the decoded batch, and the writer lane
-        (server/store/fair_queue.py) the job waits in: the token's."""
+    def job(self, decode: Callable[[], UnresolvedBatch], principal: Principal, *, raw: bytes,
+            gzipped: bool) -> tuple[Callable[[], UnresolvedBatch], str, int]:
+        """What the writer's submit() takes: `decode` followed by the checks that need the
+        decoded batch, the lane the job waits in (server/store/fair_queue.py: the token's), and
+        the body's size once decompressed (large ones are decoded off the writer's thread)."""
+        return self.checked(decode, principal), principal.key_id, body_bytes(raw, gzipped=gzipped)
+
+    def checked(self, decode: Callable[[], UnresolvedBatch], principal: Principal) -> Callable[[], UnresolvedBatch]:
+        """`decode`, followed by the checks that need the decoded batch."""
         if not self.limits.enabled or not principal.key_id:
-            return decode, principal.key_id
+            return decode
 
         def decode_and_admit() -> UnresolvedBatch:
             batch = decode()
             self.admit(batch, principal.key_id)
             return batch
 
-        return decode_and_admit, principal.key_id
+        return decode_and_admit
 
     def admit(self, batch: UnresolvedBatch, key: str) -> None:
         self._admit_node(batch.cluster, batch.node, key)
@@ -105,6 +111,14 @@ class Admission:
             if len(self._known) >= _MAX_CLUSTERS:
                 self._known.clear()
             return self._known.setdefault(cluster, names)
+
+
+def body_bytes(raw: bytes, *, gzipped: bool) -> int:
+    """The body's size decompressed: for gzip, what its trailer says (ISIZE, the size modulo
+    2**32; the decoder checks it against what it inflates, so a false one fails the request)."""
+    if gzipped and len(raw) >= 18:
+        return int.from_bytes(raw[-4:], "little")
+    return len(raw)
 
 
 def _too_much(msg: str, wait_s: float, *, loc: list | None = None) -> ApiError:

@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
-from server import __version__
+from server import __version__, memory
 from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
@@ -103,10 +103,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
     maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names)
     retention = asyncio.create_task(_retention_loop(settings, engine))
+    trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
     try:
         yield
     finally:
         retention.cancel()
+        trimming.cancel()
         await asyncio.to_thread(dispatcher.stop)
         await asyncio.to_thread(maintainer.stop)
         await asyncio.to_thread(detection.stop)
@@ -122,6 +124,12 @@ def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
         return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
     return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies,
                         slice_rows=settings.ingest_slice_rows)
+
+
+async def _trim_loop(interval_s: float) -> None:
+    while interval_s > 0:
+        await asyncio.sleep(interval_s)
+        await asyncio.to_thread(memory.trim)
 
 
 async def _retention_loop(settings: Settings, engine) -> None:

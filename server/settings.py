@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")
     max_future_skew_s: float = Field(300.0, description="Samples stamped further than this in the future are rejected.")
 
+    memory_trim_interval_s: float = Field(
+        5.0, description="How often the collector hands freed heap memory back to the system (glibc malloc_trim; 0: never).",
+    )
+
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
 
@@ -43,7 +47,7 @@ class Settings(BaseSettings):
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
     ingest_slice_rows: int = Field(
-        4096, description="A batch of more rows is committed in slices of about this many, between other tokens' batches; "
+        2048, description="A batch of more rows is committed in slices of about this many, between other tokens' batches; "
                           "a transaction holds about two slices' worth at most.",
     )
     # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).

@@ -41,7 +41,7 @@ async def _ingest(request: Request) -> Response:
         principal=request.state.principal,  # set by the router's auth dependency (server/auth/guard.py)
     )
     try:
-        accepted = await asyncio.wrap_future(writer.submit(*request.app.state.admission.checked(decode, request.state.principal)))
+        accepted = await asyncio.wrap_future(writer.submit(*request.app.state.admission.job(decode, request.state.principal, raw=raw, gzipped=gzipped)))
     except ApiError:
         raise
     except Exception as exc:

@@ -7,6 +7,8 @@ the rows already stored are ignored as duplicates (keyed by GPU or port and ts).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from server.protocol import GPU_METRICS, NIC_METRICS
 from server.store.samples import UnresolvedBatch
 
@@ -21,29 +23,49 @@ def row_count(batch: UnresolvedBatch) -> int:
 
 
 def split(batch: UnresolvedBatch, max_rows: int) -> list[UnresolvedBatch]:
-    """The batch as slices of at most about `max_rows` rows each; itself if it is small. The
-    slices' sample counts add up to the batch's (each slice is logged for the detector and the
-    metrics as a batch of its own); XIDs go with the first slice."""
-    rows = row_count(batch)
-    # Every slice carries at least one sample: a slice of none would be skipped by the insert.
-    parts = min(-(-rows // max_rows), batch.samples) if max_rows > 0 else 1
-    if parts <= 1:
+    """The batch as slices of about `max_rows` rows each, cut between sample instants (the
+    detector reads a node's instants whole); itself if it is small. The slices' sample counts
+    add up to the batch's (each slice is logged for the detector and the metrics as a batch of
+    its own); XIDs go with the first slice."""
+    if row_count(batch) <= max_rows or max_rows <= 0:
         return [batch]
-    gpu_cuts = _cuts(len(batch.gpu_rows) // GPU_WIDTH, parts)
-    nic_cuts = _cuts(len(batch.nic_rows) // NIC_WIDTH, parts)
-    sample_cuts = _cuts(batch.samples, parts)
+    gpu_ts, nic_ts = batch.gpu_rows[1::GPU_WIDTH], batch.nic_rows[1::NIC_WIDTH]
+    part_of = _parts_by_instant(gpu_ts + nic_ts, max_rows)
+    if len(set(part_of.values())) <= 1:
+        return [batch]
+    n = max(part_of.values()) + 1
+    gpu_rows, nic_rows = _deal(batch.gpu_rows, gpu_ts, GPU_WIDTH, part_of, n), _deal(batch.nic_rows, nic_ts, NIC_WIDTH, part_of, n)
+    instants = [0] * n
+    for part in part_of.values():
+        instants[part] += 1
+    instants[-1] += batch.samples - len(part_of)  # samples sharing an instant: the counts still add up
     slices = []
-    for i in range(parts):
-        gpu_rows = batch.gpu_rows[gpu_cuts[i] * GPU_WIDTH:gpu_cuts[i + 1] * GPU_WIDTH]
-        nic_rows = batch.nic_rows[nic_cuts[i] * NIC_WIDTH:nic_cuts[i + 1] * NIC_WIDTH]
-        stamps = gpu_rows[1::GPU_WIDTH] + nic_rows[1::NIC_WIDTH] or [batch.min_ts]
-        slices.append(batch._replace(
-            samples=sample_cuts[i + 1] - sample_cuts[i], min_ts=min(stamps), max_ts=max(stamps),
-            gpu_rows=gpu_rows, nic_rows=nic_rows, xid_rows=batch.xid_rows if i == 0 else [],
-        ))
+    for i in range(n):
+        stamps = gpu_rows[i][1::GPU_WIDTH] + nic_rows[i][1::NIC_WIDTH]
+        slices.append(batch._replace(samples=instants[i], min_ts=min(stamps), max_ts=max(stamps), gpu_rows=gpu_rows[i],
+                                     nic_rows=nic_rows[i], xid_rows=batch.xid_rows if i == 0 else []))
     return slices
 
 
-def _cuts(n: int, parts: int) -> list[int]:
-    """Where `n` items are cut into `parts` nearly equal runs: parts + 1 positions, 0 to n."""
-    return [n * i // parts for i in range(parts + 1)]
+def _parts_by_instant(stamps: list[float], max_rows: int) -> dict[float, int]:
+    """Each instant's slice: instants in order of first appearance, a new slice once the
+    current one holds `max_rows` rows."""
+    rows = Counter(stamps)
+    part_of, part, filled = {}, 0, 0
+    for ts in dict.fromkeys(stamps):
+        if filled and filled + rows[ts] > max_rows:
+            part, filled = part + 1, 0
+        part_of[ts] = part
+        filled += rows[ts]
+    return part_of
+
+
+def _deal(flat: list, stamps: list[float], width: int, part_of: dict[float, int], parts: int) -> list[list]:
+    """Rows laid end to end, dealt to their instants' slices (runs of one slice copied at once)."""
+    out: list[list] = [[] for _ in range(parts)]
+    start = 0
+    for i in range(1, len(stamps) + 1):
+        if i == len(stamps) or part_of[stamps[i]] != part_of[stamps[start]]:
+            out[part_of[stamps[start]]] += flat[start * width:i * width]
+            start = i
+    return out

@@ -13,7 +13,7 @@ from server.ingest import decode_rows
 from server.store import migrate, schema
 from server.store.engine import make_engine
 from server.store.fair_queue import CLOSED, FairQueue
-from server.store.slices import row_count, split
+from server.store.slices import GPU_WIDTH, row_count, split
 from server.store.writer import IngestWriter
 from tests.server.payloads import batch
 
@@ -66,6 +66,8 @@ def test_slices_hold_every_row_once(samples, gpus, max_rows, parts):
     assert [r for s in slices for r in s.nic_rows] == whole.nic_rows
     assert sum(row_count(s) for s in slices) == row_count(whole)
     assert min(s.min_ts for s in slices) == whole.min_ts and max(s.max_ts for s in slices) == whole.max_ts
+    instants = [set(s.gpu_rows[1::GPU_WIDTH]) for s in slices]
+    assert sum(map(len, instants)) == len(set().union(*instants)) == samples  # no instant cut in two
 
 
 def test_a_small_push_is_committed_between_the_slices_of_a_large_one(sqlite_url):
