@@ -70,6 +70,11 @@ class Admission:
             return decode
 
         def decode_and_admit() -> UnresolvedBatch:
+            # Checked again just before decoding: large bodies are decoded one at a time
+            # (server/store/writer.py), so a token's second one waiting behind its first is
+            # refused once the first has spent the balance, without being decoded at all.
+            if (wait := self.token_rows.wait(principal.key_id)) > 0:
+                raise _too_much(f"this token sent more than its {self.limits.rows_per_s_per_token:g} rows/s", wait)
             batch = decode()
             self.admit(batch, principal.key_id)
             return batch

@@ -21,7 +21,7 @@ class IngestLimits(BaseModel):
         32, description="Ingest requests of one token in flight at a time (each holds its body in memory until committed).",
     )
     node_registrations_per_min_per_token: float = Field(
-        60.0, description="New node names a token may register per minute (a burst of as many at once). A new cluster of "
-                          "1,000 nodes sharing one token is registered within about 17 minutes; its agents spool meanwhile.",
+        120.0, description="New node names a token may register per minute (a burst of as many at once). A new cluster of "
+                          "1,000 nodes sharing one token is registered within about 8 minutes; its agents spool meanwhile.",
     )
     max_nodes_per_cluster: int = Field(20_000, description="Nodes a cluster may have; a push naming one more is refused with 409.")

@@ -13,7 +13,7 @@ writer that finds the turn taken keeps decoding what arrives meanwhile, so that 
 overlaps useful work and its next group commit is larger.
 
 Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py); a batch
-of more than `slice_rows` rows is cut into slices (slices.py) that go to the front of its lane,
+of more than `slice_rows` rows is cut into slices (slices.py) that wait in its lane in its place,
 and a group holds at most about two slices' worth of rows: the largest batch no longer holds
 the writer for seconds, and another token's push waits for at most a slice of it. A body of
 more than `large_body_bytes` (decompressed) is decoded on a thread of its own, not on the
