@@ -9,9 +9,6 @@ the free lists only: milliseconds). Elsewhere than glibc this does nothing."""
 from __future__ import annotations
 
 import ctypes
-import logging
-
-log = logging.getLogger(__name__)
 
 
 def _glibc() -> ctypes.CDLL | None:

@@ -70,8 +70,8 @@ def test_slices_hold_every_row_once(samples, gpus, max_rows, parts):
     assert sum(map(len, instants)) == len(set().union(*instants)) == samples  # no instant cut in two
 
 
-def test_a_small_push_is_committed_between_the_slices_of_a_large_one(sqlite_url):
-    engine = make_engine(sqlite_url)
+def test_a_small_push_is_committed_between_the_slices_of_a_large_one(database_url):
+    engine = make_engine(database_url)
     migrate.upgrade(engine)
     writer = IngestWriter(engine, slice_rows=500)
     heavy = _unresolved(100, 64, node="heavy")  # 6,500 rows: 13 slices
