@@ -15,7 +15,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from server import __version__
+from server import __version__, memory
+from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
     acks,
@@ -108,6 +109,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.writer = writer
     app.state.auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
                                    limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
+    app.state.admission = Admission(settings.ingest_limits, engine)
     detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
                                  leader_retry_s=settings.leader_retry_s)
     if settings.detection_enabled:
@@ -117,10 +119,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
     maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names)
     retention = asyncio.create_task(_retention_loop(settings, engine))
+    trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
     try:
         yield
     finally:
         retention.cancel()
+        trimming.cancel()
         await asyncio.to_thread(dispatcher.stop)
         await asyncio.to_thread(maintainer.stop)
         await asyncio.to_thread(detection.stop)
@@ -135,7 +139,13 @@ def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
     if settings.ingest_writer_socket and settings.ingest_writer_key:
         return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
     return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies,
-                        gpu_move_after_s=settings.gpu_move_after_s)
+                        gpu_move_after_s=settings.gpu_move_after_s, slice_rows=settings.ingest_slice_rows)
+
+
+async def _trim_loop(interval_s: float) -> None:
+    while interval_s > 0:
+        await asyncio.sleep(interval_s)
+        await asyncio.to_thread(memory.trim)
 
 
 async def _retention_loop(settings: Settings, engine) -> None:

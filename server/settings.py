@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server.admission_settings import IngestLimits
 from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
 from server.metrics.settings import MetricsSettings
@@ -36,6 +37,10 @@ class Settings(BaseSettings):
                                 "connection. 16 MiB in 30 s needs 0.6 MB/s.",
     )
 
+    memory_trim_interval_s: float = Field(
+        5.0, description="How often the collector hands freed heap memory back to the system (glibc malloc_trim; 0: never).",
+    )
+
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
 
@@ -54,6 +59,10 @@ class Settings(BaseSettings):
     )
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
+    ingest_slice_rows: int = Field(
+        2048, description="A batch of more rows is committed in slices of about this many, between other tokens' batches; "
+                          "a transaction holds about two slices' worth at most.",
+    )
     # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).
     ingest_writer_socket: str | None = Field(None, description="Unix socket of the shared writer process; none: write in-process.")
     ingest_writer_key: SecretStr | None = Field(None, description="Hex key that authenticates workers to the writer process.")
@@ -71,6 +80,9 @@ class Settings(BaseSettings):
                            "cluster sends about nodes / push interval: 1,000 nodes every 5 s is 200/s.",
     )
     rate_limit_burst: float = Field(400.0, description="Requests a token may send at once before the rate limit applies.")
+    ingest_limits: IngestLimits = Field(
+        default_factory=IngestLimits, description="Limits by work (GPU-samples, in-flight requests, new nodes) per token and cluster.",
+    )
     tls_cert_file: str | None = Field(None, description="Serve HTTPS with this certificate chain (PEM); needs tls_key_file.")
     tls_key_file: str | None = Field(None, description="The private key (PEM) of tls_cert_file.")
 

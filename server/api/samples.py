@@ -20,13 +20,19 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
     "/samples",
     summary="Push a batch of samples from one node",
     response_model=dict[str, int],
-    responses={400: {}, 408: {}, 409: {}, 413: {}, 415: {}, 422: {}, 503: {}, 507: {}},
+    responses={400: {}, 408: {}, 409: {}, 413: {}, 415: {}, 422: {}, 429: {}, 503: {}, 507: {}},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
 )
 async def post_samples(request: Request) -> Response:
     # The collector's hot path: settings and writer come straight from the app state (no
     # dependency solving; a plain-def dependency would even cost two thread hand-offs), and
     # the answer is rendered here rather than validated and serialised by FastAPI.
+    # Limits by work (server/admission.py): in-flight requests and rows, per token and cluster.
+    with request.app.state.admission.request(request.state.principal):
+        return await _ingest(request)
+
+
+async def _ingest(request: Request) -> Response:
     settings = request.app.state.settings
     writer = request.app.state.writer
     gzipped = content_is_gzip(request.headers.get("content-encoding"))
@@ -37,7 +43,7 @@ async def post_samples(request: Request) -> Response:
     )
     health = request.app.state.write_health
     try:
-        accepted = await asyncio.wrap_future(writer.submit(decode))
+        accepted = await asyncio.wrap_future(writer.submit(*request.app.state.admission.job(decode, request.state.principal, raw=raw, gzipped=gzipped)))
     except ApiError:
         raise
     except GpuClaimConflict as conflict:

@@ -10,25 +10,33 @@ fails, each batch is retried on its own so one bad batch cannot sink its neighbo
 
 With several worker processes on SQLite only one can write at a time (write_lock.py). A
 writer that finds the turn taken keeps decoding what arrives meanwhile, so that the wait
-overlaps useful work and its next group commit is larger."""
+overlaps useful work and its next group commit is larger.
+
+Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py); a batch
+of more than `slice_rows` rows is cut into slices (slices.py) that wait in its lane in its place,
+and a group holds at most about two slices' worth of rows: the largest batch no longer holds
+the writer for seconds, and another token's push waits for at most a slice of it. A body of
+more than `large_body_bytes` (decompressed) is decoded on a thread of its own, not on the
+writer's (0.3 s for the largest), and joins its lane once decoded."""
 
 from __future__ import annotations
 
 import gc
 import logging
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
 from server.store import counters
+from server.store.fair_queue import CLOSED, FairQueue
 from server.store.ids import GpuClaimConflict, IdCache, IdResolver
 from server.store.samples import PreparedBatch, SampleWriter, UnresolvedBatch
+from server.store.slices import row_count, split
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)
@@ -41,25 +49,28 @@ _CONFLICT_LOG_EVERY_S = 60.0
 
 @dataclass
 class _Job:
-    decode: Callable[[], UnresolvedBatch]
+    decode: Callable[[], UnresolvedBatch] | None
     done: Future
+    key: str = ""
     batch: UnresolvedBatch | None = None
     prepared: PreparedBatch | None = None  # None: a node, GPU or NIC is new; built in the transaction
-
-
-_STOP = object()
+    whole: Future | None = None  # a slice's: the request's future, answered once every slice is stored
 
 
 class IngestWriter:
-    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, gpu_move_after_s: float = 300.0):
+    def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, gpu_move_after_s: float = 300.0,
+                 slice_rows: int = 2048, large_body_bytes: int = 1 << 20):
         self.engine = engine
         self.group_max = group_max
         self.gpu_move_after_s = gpu_move_after_s
+        self.slice_rows = slice_rows
+        self.large_body_bytes = large_body_bytes
+        self._large = ThreadPoolExecutor(1, thread_name_prefix="ingest-decode-large")
         self.ids = IdCache()
         self._ids_lock = threading.Lock()
         self._rows = SampleWriter(engine.dialect.name)
         self._turn = WriteTurn.for_engine(engine)
-        self._queue: queue.Queue = queue.Queue()
+        self._queue = FairQueue()
         self._threads = [threading.Thread(target=self._run, name=f"ingest-writer-{i}", daemon=True) for i in range(threads)]
         self.committed_samples = 0
         self.failed_batches = 0
@@ -77,19 +88,26 @@ class IngestWriter:
 
     def stop(self) -> None:
         """Finish what was queued, then stop."""
-        for _ in self._threads:
-            self._queue.put(_STOP)
+        self._large.shutdown(wait=True)
+        self._queue.close()
         for t in self._threads:
             t.join()
         self._turn.close()
         gc.unfreeze()  # what was frozen and has since become garbage can be collected again
 
-    def submit(self, decode: Callable[[], UnresolvedBatch]) -> Future:
-        """Queue a batch; the future gives the number of samples committed, or raises what
-        decode() or the database raised."""
-        done: Future = Future()
-        self._queue.put(_Job(decode, done))
-        return done
+    def submit(self, decode: Callable[[], UnresolvedBatch], key: str = "", body_bytes: int = 0) -> Future:
+        """Queue a batch in `key`'s lane (the pushing token's); the future gives the number of
+        samples committed, or raises what decode() or the database raised."""
+        job = _Job(decode, Future(), key)
+        if body_bytes > self.large_body_bytes:
+            self._large.submit(self._decode_aside, job)
+        else:
+            self._queue.put(job, key)
+        return job.done
+
+    def _decode_aside(self, job: _Job) -> None:
+        for ready in self._decoded(job) or []:
+            self._queue.put(ready, job.key)
 
     def _run(self) -> None:
         while True:
@@ -106,42 +124,70 @@ class IngestWriter:
         """Decode jobs into a group until the write turn is ours. Returns the group, with the
         turn held unless the group is empty, and whether to stop."""
         group: list[_Job] = []
+        rows, full = 0, set()  # rows in the group; lanes whose next job would make it too large
         while len(group) < self.group_max:
             # What is already queued joins the group; then the turn, if it is free. If another
             # process holds it, decode what arrives in the meantime.
-            item = self._get(0 if group else None)
+            item = self._queue.get(0 if group else None, skip=full)
             if item is None:
                 if self._turn.acquire(blocking=False):
                     return group, False
-                item = self._get(_TURN_POLL_S)
+                item = self._queue.get(_TURN_POLL_S, skip=full)
                 if item is None:
                     continue
-            if item is _STOP:
+            if item is CLOSED:
                 break
-            if self._ready(item):
-                group.append(item)
+            if not self._ready(item):
+                continue
+            cost = row_count(item.batch)
+            if group and rows + cost > 2 * self.slice_rows:
+                self._queue.put_front([item], item.key)  # first in the next group
+                full.add(item.key)
+                continue
+            self._prepare(item)
+            group.append(item)
+            rows += cost
         if group:
             self._turn.acquire()
-        return group, item is _STOP
-
-    def _get(self, timeout: float | None) -> object | None:
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        return group, item is CLOSED
 
     def _ready(self, job: _Job) -> bool:
-        """Decode, and build the rows if every id is known; False if the request was refused."""
+        """Decode (once); False if the request was refused, or cut into slices, which now
+        stand first in its lane."""
+        if job.whole is not None and job.whole.done():
+            job.done.cancel()  # an earlier slice failed and the request has its answer
+            return False
+        if job.batch is not None:
+            return True
+        jobs = self._decoded(job)
+        if jobs is None:
+            return False
+        if len(jobs) == 1:
+            return True
+        self._queue.put_front(jobs, job.key)
+        return False
+
+    def _decoded(self, job: _Job) -> list[_Job] | None:
+        """Decode: the job itself, or its slices (answering the job once all are stored);
+        None if the request was refused."""
         try:
             job.batch = job.decode()
         except Exception as exc:  # the request's own fault: answered, never stored
             job.done.set_exception(exc)
-            return False
+            return None
+        slices = split(job.batch, self.slice_rows)
+        if len(slices) == 1:
+            return [job]
+        parts = [_Job(None, Future(), job.key, batch, whole=job.done) for batch in slices]
+        _answer_when_all_stored(job.done, [p.done for p in parts])
+        return parts
+
+    def _prepare(self, job: _Job) -> None:
+        """Build the rows now if every id is known."""
         try:
             job.prepared = self._rows.prepare(IdResolver(None, self.ids), job.batch)
         except Exception:  # CacheMiss; anything else fails again, answered, in the transaction
             job.prepared = None
-        return True
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         try:
@@ -202,7 +248,32 @@ class IngestWriter:
         log.warning("ingest: refused a batch (409): %s", conflict)
 
     def _fail(self, job: _Job, exc: Exception) -> None:
+        if job.whole is not None and job.whole.done():
+            job.done.cancel()
+            return
         log.warning("ingest batch from node %s failed: %s", job.batch.node, exc)
         with self._ids_lock:
             self.failed_batches += 1
         job.done.set_exception(exc)
+
+
+def _answer_when_all_stored(whole: Future, parts: list[Future]) -> None:
+    """`whole` gets the samples of every part once all are committed, or the first failure."""
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def one_done(part: Future) -> None:
+        if part.cancelled():
+            return
+        exc = part.exception()
+        with lock:  # slices may be committed by several writer threads (PostgreSQL)
+            left[0] -= 1
+            if whole.done():
+                return
+            if exc is not None:
+                whole.set_exception(exc)
+            elif left[0] == 0:
+                whole.set_result(sum(p.result() for p in parts))
+
+    for part in parts:
+        part.add_done_callback(one_done)

@@ -201,7 +201,8 @@ class RemoteWriter:
                 self._conn.close()
                 self._conn = None
 
-    def submit(self, decode: Callable[[], UnresolvedBatch]) -> Future:
+    def submit(self, decode: Callable[[], UnresolvedBatch], key: str = "", body_bytes: int = 0) -> Future:
+        # The writer process keeps one lane for all workers; it still commits large batches in slices.
         done: Future = Future()
         self._decoder.submit(self._decode_and_send, decode, done)
         return done

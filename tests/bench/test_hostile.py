@@ -1,0 +1,26 @@
+"""bench/hostile.py, shortened: the harness behind docs/reliability.md's hostile-agent figures
+starts a real collector, runs its three phases and the idle tail, stops by itself, and the
+offenders are answered 429 with Retry-After while the fleet is served (the figures themselves
+are a benchmark's, not a test's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_short_hostile_run_stops_by_itself_and_refuses_the_offenders(tmp_path):
+    out = tmp_path / "hostile.json"
+    done = subprocess.run([sys.executable, "bench/hostile.py", "--duration", "6", "--idle", "2", "--warmup", "2", "--nodes", "4",
+                           "--heavy-threads", "2", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]  # 1: a bound missed on a busy machine
+    result = json.loads(out.read_text())
+    summary = result["summary"]
+    assert all(summary["fleet_acked_per_s"][phase] > 0 for phase in ("alone", "beside_hostile", "alone_after"))
+    assert summary["fleet_non_200"] == {"alone": {}, "beside_hostile": {}, "alone_after": {}}
+    assert summary["hostile_answers"]["heavy"].get("429+retry-after", 0) > 0
+    assert summary["collector_exit_code"] == 0 and result["rss_mb"]
