@@ -94,6 +94,8 @@ class Detector:
         self.nic_groups: dict[str, set[str]] = defaultdict(set)
         self.conditions: dict[str, dict[str, Condition]] = defaultdict(dict)  # entity → cause → condition
         self.late_samples = 0
+        # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind judged_until)
+        self._late: dict[tuple[str, str], tuple[int, float]] = {}
 
     # --- input --------------------------------------------------------------------------
 
@@ -107,8 +109,16 @@ class Detector:
             # Arrived after its instant was judged (a node that joined late, or a back-fill
             # past the lateness allowance): stored and served by the API, but not judged.
             self.late_samples += 1
+            count, behind = self._late.get((item.cluster, item.node), (0, 0.0))
+            self._late[(item.cluster, item.node)] = (count + 1, max(behind, cluster.judged_until - item.ts))
             return
         cluster.pending[item.ts].append(item)
+
+    def drain_late(self) -> dict[tuple[str, str], tuple[int, float]]:
+        """Samples that arrived after their instant was judged, per (cluster, node), since the
+        last call: how many, and how far (sample time) behind the judged instant the worst was."""
+        late, self._late = self._late, {}
+        return late
 
     def warm(self, item: NodeInstant) -> None:
         """Replay an instant that was judged before a restart: rebuild windows, judge nothing."""

@@ -19,13 +19,15 @@ from server.detect.leader import LeaderLock
 from server.detect.persistence import Escalated, Opened, Resolved
 from server.detect.settings import DetectionSettings
 from server.detect.source import LogCursor, load_instants
-from server.store import episodes, schema
+from server.store import counters, episodes, schema
 from server.store.dialect import upsert
 
 log = logging.getLogger(__name__)
 ProgressT = schema.DetectorProgress.__table__
 _CURSOR_KEY = "ingest_log.low_water"
 _JUDGED_PREFIX = "judged_until:"
+LATE_SAMPLES = "laggard_detector_late_samples_total"
+LATE_LOG_EVERY_S = 60.0
 LogT, NodeT = schema.IngestLog.__table__, schema.Node.__table__
 
 
@@ -43,6 +45,8 @@ class DetectionService:
         self._thread = threading.Thread(target=self._run, name="detector", daemon=True)
         self.cycles = 0
         self.last_cycle_at: float | None = None
+        self._late_logged_at: dict[tuple[str, str], float] = {}
+        self._late_unlogged: dict[tuple[str, str], tuple[int, float]] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -63,13 +67,32 @@ class DetectionService:
         for item in instants:
             self.detector.add(item)
         changes = self.detector.advance()
+        late = self.detector.drain_late()
         with self.engine.begin() as conn:
             for change in changes:
                 self._store(conn, change)
             self._save_progress(conn)
+            if late:
+                counters.add(conn, _late_by_cluster(late))
+        self._log_late(late)
         self.cycles += 1
         self.last_cycle_at = time.time()
         return len(changes)
+
+    def _log_late(self, late: dict[tuple[str, str], tuple[int, float]]) -> None:
+        # Counted in the metric every time; named in the log once a minute per node (a node
+        # replaying its spool is late in every cycle).
+        now = time.monotonic()
+        for key, (count, behind) in sorted(late.items()):
+            pending, worst = self._late_unlogged.get(key, (0, 0.0))
+            count, behind = count + pending, max(behind, worst)
+            if now - self._late_logged_at.get(key, -LATE_LOG_EVERY_S) < LATE_LOG_EVERY_S:
+                self._late_unlogged[key] = (count, behind)
+                continue
+            self._late_unlogged.pop(key, None)
+            self._late_logged_at[key] = now
+            log.warning("detector: %d samples of node %s (cluster %s) arrived after their instant was judged, up to %.0f s "
+                        "behind it: stored, not judged", count, key[1], key[0], behind)
 
     def _save_progress(self, conn) -> None:
         progress = {_CURSOR_KEY: float(self.cursor.low_water)}
@@ -143,6 +166,13 @@ class DetectionService:
                 self._stop.wait(self.leader_retry_s)
                 continue
             self._stop.wait(self.poll_s)
+
+
+def _late_by_cluster(late: dict[tuple[str, str], tuple[int, float]]) -> list[tuple[str, dict[str, str], float]]:
+    per_cluster: dict[str, int] = {}
+    for (cluster, _node), (count, _behind) in late.items():
+        per_cluster[cluster] = per_cluster.get(cluster, 0) + count
+    return [(LATE_SAMPLES, {"cluster": cluster}, n) for cluster, n in sorted(per_cluster.items())]
 
 
 def _jsonable(evidence: dict) -> dict:

@@ -56,6 +56,7 @@ COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
     "laggard_ingest_batches_total": ("Request bodies (batches) committed by ingest.", ("cluster",)),
     "laggard_gpu_xid_errors_total": ("XID events reported per GPU and XID code.", ("cluster", "node", "gpu", "uuid", "xid")),
     REJECTED: ("Ingest requests answered with an error, by HTTP status.", ("code",)),
+    "laggard_detector_late_samples_total": ("Node samples stored after their instant was judged: kept, not judged.", ("cluster",)),
     "laggard_ingest_gpu_conflicts_total": ("Batches refused (409) because another node holds one of their GPU UUIDs.", ("cluster",)),
     "laggard_alert_notifications_total": ("Alert notifications attempted, by receiver and result (sent, failed, dropped).",
                                           ("receiver", "result")),

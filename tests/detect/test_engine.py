@@ -145,3 +145,17 @@ def test_a_node_that_went_silent_does_not_hold_back_the_others():
     items = [i for i in fleet(range(100, 200)) if not (i.node == "n1" and i.ts > 120)]
     det, _ = run(items)
     assert det.judged_until()["c"] == 199.0
+
+
+def test_samples_behind_the_judged_instant_are_drained_per_node_with_how_far_behind():
+    det = Detector(DetectionSettings(settle_s=0), gpu_rules=[slow_clock], nic_rules=[])
+    for item in fleet(range(100, 120)):
+        det.add(item)
+    det.advance()
+    until = det.judged_until()["c"]
+    late = [i for i in fleet(range(100, 104), nodes=3) if i.node == "n2"]
+    for item in late:
+        det.add(item)
+    assert det.drain_late() == {("c", "n2"): (4, until - 100.0)}
+    assert det.drain_late() == {}
+    assert det.late_samples == 4

@@ -3,6 +3,7 @@ PostgreSQL; episodes survive a restart; one detector per database."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import httpx
@@ -139,3 +140,25 @@ def test_stragglers_filters_and_bad_ranges(settings):
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "since"]
     finally:
         server.stop()
+
+
+def test_a_sample_arriving_after_its_instant_was_judged_is_counted_and_named(settings, caplog):
+    caplog.set_level(logging.WARNING, logger="server.detect.service")
+
+    def named() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "node n3 (cluster prod) arrived after their instant was judged" in r.getMessage()]
+
+    server = start_in_thread(create_app(settings))
+    try:
+        push_instants(server.url, 0, 12, hot=False)
+        deadline = time.monotonic() + 10
+        while not named() and time.monotonic() < deadline:
+            push(server.url, body("n3", T0 + 2))  # joins with a sample from the past, judged already
+            time.sleep(0.2)
+        time.sleep(0.5)
+        push(server.url, body("n3", T0 + 3))  # late again: counted, not named again within the minute
+        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    finally:
+        server.stop()
+    assert len(named()) == 1, [r.getMessage() for r in caplog.records]
+    assert 'laggard_detector_late_samples_total{cluster="prod"}' in metrics
