@@ -88,7 +88,6 @@ class IdResolver:
         self.published = published
         self.staged = IdCache()
         self.move_after_s = move_after_s
-        self._moves: set[str] = set()  # GPUs refuse_conflicting_claims let move to the claimant
 
     def node_id(self, *, cluster: str, name: str, seen: float) -> int:
         key = (cluster, name)
@@ -121,7 +120,6 @@ class IdResolver:
             last = self._last_reported(uuid, known, since=seen - self.move_after_s)
             if last is not None:
                 raise GpuClaimConflict(uuid=uuid, cluster=claimant.cluster, claimant=claimant.node, holder=holder, last_reported=last)
-            self._moves.add(uuid)
 
     def _known_gpu(self, uuid: str) -> GpuIdentity | None:
         known = self.staged.gpus.get(uuid) or self.published.gpus.get(uuid)

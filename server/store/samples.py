@@ -41,8 +41,8 @@ class SampleWriter:
 
     def prepare(self, ids: IdResolver, batch: UnresolvedBatch) -> PreparedBatch:
         """Rows with database ids. With an offline resolver this runs outside the transaction
-        and raises CacheMiss when a node, GPU or NIC is new."""
-        ids.refuse_conflicting_claims(batch.claimant(), batch.gpus)
+        and raises CacheMiss when a node, GPU or NIC is new or a GPU moved. In the transaction,
+        the caller has checked the batch's GPU claims first (IdResolver.refuse_conflicting_claims)."""
         node_id = ids.node_id(cluster=batch.cluster, name=batch.node, seen=batch.min_ts)
         gpu_ids = [ids.gpu_id(node_id=node_id, uuid=uuid, index=index, model=model, pci_bus_id=pci_bus_id, seen=seen)
                    for uuid, index, model, pci_bus_id, seen in batch.gpus]
