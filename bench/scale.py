@@ -82,17 +82,18 @@ class FleetRows:
 def run(gpus: int, *, instants: int, interval: float, nics: int, warm: int) -> None:
     nodes = gpus // 8
     fleet = FleetRows(nodes, nics, random.Random(7))
-    detector = Detector(DetectionSettings(settle_s=0))
+    detector = Detector(DetectionSettings(open_after_s=0))
     t0 = 1_800_000_000.0
     # Warm-up as a restarted detector does it (Detector.warm: windows filled, nothing judged),
     # so the timed windows are judged against full windows, as in steady state.
     for step in range(warm):
         for item in fleet.instant(step, t0 + step * interval):
             detector.warm(item)
-    detector.resume_at(CLUSTER, t0 + (warm - 1) * interval)
+    for n in range(nodes):
+        detector.resume_at(CLUSTER, f"node-{n:05d}", t0 + (warm - 1) * interval)
     walls, cpus, changes = [], [], 0
     for step in range(warm, warm + instants + 1):
-        # Instant `step` arrives; the watermark then lets the previous instant be judged.
+        # Instant `step` arrives from every node and is judged, node by node.
         for item in fleet.instant(step, t0 + step * interval):
             detector.add(item)
         wall, cpu = time.perf_counter(), time.process_time()

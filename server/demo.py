@@ -22,7 +22,6 @@ from agent.runner import Runner
 from agent.sim.fleet import SimFleet, SimulatedNode
 from server.app import create_app
 from server.serve import RunningServer, start_in_thread
-from server.detect.settings import DetectionSettings
 from server.settings import Settings
 
 CLUSTER = "demo"
@@ -39,10 +38,8 @@ DEMO_FAULTS: dict[int, list[str]] = {
 
 def run_demo(args: argparse.Namespace) -> int:
     database_url = args.database_url or _fresh_sqlite(Path.cwd() / "laggard-demo.db")
-    # Every simulated agent starts at once: no need to wait long for late starters.
     # The demo runs on loopback with simulated agents: no tokens (the app warns loudly).
-    settings = Settings(database_url=database_url, host=args.host, port=args.port, insecure=True,
-                        detection=DetectionSettings(settle_s=2 * args.interval))
+    settings = Settings(database_url=database_url, host=args.host, port=args.port, insecure=True)
     try:
         server = start_in_thread(create_app(settings), host=args.host, port=args.port)
     except OSError as exc:

@@ -1,9 +1,17 @@
-"""The detector: windows per GPU and port, peer statistics per instant, rules, persistence.
+"""The detector: windows per GPU and port, peer statistics per node instant, rules, persistence.
 
-It runs on sample time only. Each cluster has a watermark: the oldest latest-sample time of
-its active nodes (those that reported within `stale_after_s` of the newest sample). An instant
-is judged once the watermark has passed it, so every node's sample for that instant is in and
-the outcome does not depend on arrival order: a replayed trace gives the flags live data gave.
+Peers are compared where their samples are simultaneous by construction: the GPUs (and ports)
+of one node that belong to the same peer group, read by one agent at one instant. Their
+counter rates cover the very same interval and their gauges the same moment of the job's
+step, so neither a node's sampling phase, nor sub-second timing, nor the order in which nodes'
+pushes arrive can make a healthy GPU look slow next to peers sampled at another moment (a
+compute phase against a communication phase, a pause starting between two samples).
+
+Each node is judged on its own, instant by instant in its own sample-time order, as its
+samples arrive: nothing waits for other nodes, and a node that replays its spool after an
+outage is judged exactly as it would have been live, up to `lateness_s` behind its cluster's
+newest sample. A sample at or before its node's last judged instant (already judged, or out of
+its node's order) and one beyond the lateness allowance are stored but not judged, and counted.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.detect import rules
+from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window
 from server.detect.observe import gpu_obs, nic_group, nic_obs, peer_group
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
@@ -26,6 +35,7 @@ from server.detect.settings import DetectionSettings
 JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown", "nvlink", "pcie"})
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
+NEVER = float("-inf")
 
 
 @dataclass
@@ -70,16 +80,15 @@ class _Nic:
 @dataclass
 class _Node:
     latest_ts: float
+    judged_until: float = NEVER
+    pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
 
 
 @dataclass
 class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
-    pending: dict[float, list[NodeInstant]] = field(default_factory=lambda: defaultdict(list))
-    judged_until: float = float("-inf")
-    max_ts: float = float("-inf")
-    first_ts: float = float("inf")
+    max_ts: float = NEVER
 
 
 class Detector:
@@ -90,51 +99,71 @@ class Detector:
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
-        self.groups: dict[str, set[str]] = defaultdict(set)  # peer group → GPU uuids
-        self.nic_groups: dict[str, set[str]] = defaultdict(set)
         self.conditions: dict[str, dict[str, Condition]] = defaultdict(dict)  # entity → cause → condition
         self.late_samples = 0
-        # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind judged_until)
+        # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind)
         self._late: dict[tuple[str, str], tuple[int, float]] = {}
+        # Nodes judged further since the last drain_judged(): (cluster, node) -> judged until
+        self._judged: dict[tuple[str, str], float] = {}
 
     # --- input --------------------------------------------------------------------------
 
     def add(self, item: NodeInstant) -> None:
         cluster = self.clusters[item.cluster]
-        node = cluster.nodes.setdefault(item.node, _Node(latest_ts=item.ts))
+        node = cluster.nodes.get(item.node)
+        if node is None:
+            node = cluster.nodes[item.node] = _Node(latest_ts=item.ts)
+        horizon = cluster.max_ts - self.cfg.lateness_s
         node.latest_ts = max(node.latest_ts, item.ts)
         cluster.max_ts = max(cluster.max_ts, item.ts)
-        cluster.first_ts = min(cluster.first_ts, item.ts)
-        if item.ts <= cluster.judged_until:
-            # Arrived after its instant was judged (a node that joined late, or a back-fill
-            # past the lateness allowance): stored and served by the API, but not judged.
-            self.late_samples += 1
-            count, behind = self._late.get((item.cluster, item.node), (0, 0.0))
-            self._late[(item.cluster, item.node)] = (count + 1, max(behind, cluster.judged_until - item.ts))
+        if item.ts <= node.judged_until or item.ts < horizon:
+            # Already judged, out of its node's order, or beyond the lateness allowance:
+            # stored and served by the API, but not judged.
+            self._count_late(item, max(node.judged_until, horizon) - item.ts)
             return
-        cluster.pending[item.ts].append(item)
+        known = node.pending.get(item.ts)
+        if known is None or len(item.gpu_rows) + len(item.nic_rows) >= len(known.gpu_rows) + len(known.nic_rows):
+            node.pending[item.ts] = item
+
+    def _count_late(self, item: NodeInstant, behind: float) -> None:
+        self.late_samples += 1
+        count, worst = self._late.get((item.cluster, item.node), (0, 0.0))
+        self._late[(item.cluster, item.node)] = (count + 1, max(worst, behind))
 
     def drain_late(self) -> dict[tuple[str, str], tuple[int, float]]:
-        """Samples that arrived after their instant was judged, per (cluster, node), since the
-        last call: how many, and how far (sample time) behind the judged instant the worst was."""
+        """Samples stored but not judged, per (cluster, node), since the last call: how many,
+        and how far (sample time) behind what was judged or allowed the worst one was."""
         late, self._late = self._late, {}
         return late
 
+    def drain_judged(self) -> dict[tuple[str, str], float]:
+        """Nodes judged further since the last call, with their last judged instant."""
+        judged, self._judged = self._judged, {}
+        return judged
+
     def warm(self, item: NodeInstant) -> None:
         """Replay an instant that was judged before a restart: rebuild windows, judge nothing."""
-        cluster = self.clusters[item.cluster]
-        node = cluster.nodes.setdefault(item.node, _Node(latest_ts=item.ts))
-        node.latest_ts = max(node.latest_ts, item.ts)
+        node = self._node(item)
         obs = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
         busy = any(o.busy for o in obs)
         for row in item.nic_rows:
             self._observe_nic(item, row, busy)
 
     def judged_until(self) -> dict[str, float]:
-        return {name: c.judged_until for name, c in self.clusters.items() if c.judged_until > float("-inf")}
+        """Per cluster, the instant up to which every node still reporting has been judged."""
+        out = {}
+        for name, cluster in self.clusters.items():
+            active = [n.judged_until for n in cluster.nodes.values() if n.latest_ts >= cluster.max_ts - self.cfg.stale_after_s]
+            until = min(active, default=NEVER)
+            if until > NEVER:
+                out[name] = until
+        return out
 
-    def resume_at(self, cluster: str, judged_until: float) -> None:
-        self.clusters[cluster].judged_until = judged_until
+    def resume_at(self, cluster: str, node: str, judged_until: float) -> None:
+        state = self.clusters[cluster].nodes.setdefault(node, _Node(latest_ts=judged_until))
+        state.judged_until = max(state.judged_until, judged_until)
+        state.latest_ts = max(state.latest_ts, judged_until)
+        self.clusters[cluster].max_ts = max(self.clusters[cluster].max_ts, judged_until)
 
     def mark_open(self, *, entity: str, cause: str, severity: str) -> None:
         """An episode found open in storage (after a restart) keeps its condition open."""
@@ -145,33 +174,31 @@ class Detector:
 
     def advance(self) -> list[EpisodeChange]:
         changes: list[EpisodeChange] = []
-        for name, cluster in self.clusters.items():
-            mark = self._watermark(cluster)
-            for ts in sorted(t for t in cluster.pending if t <= mark):
-                changes.extend(self._judge_instant(cluster, ts, cluster.pending.pop(ts)))
-                cluster.judged_until = ts
+        for cluster_name, cluster in self.clusters.items():
+            for node_name, node in cluster.nodes.items():
+                if not node.pending:
+                    continue
+                for ts in sorted(node.pending):
+                    changes.extend(self._judge_node_instant(node, node.pending[ts]))
+                    node.judged_until = ts
+                node.pending.clear()
+                self._judged[(cluster_name, node_name)] = node.judged_until
         return changes
 
-    def _watermark(self, cluster: _Cluster) -> float:
-        if cluster.judged_until == float("-inf") and cluster.max_ts - cluster.first_ts < self.cfg.settle_s:
-            # A cluster we have just started to hear from: wait until every node has had the
-            # chance to send its first batch, or the first instants would be judged without it.
-            return float("-inf")
-        active = [n.latest_ts for n in cluster.nodes.values() if n.latest_ts >= cluster.max_ts - self.cfg.stale_after_s]
-        return min(active, default=float("-inf"))
+    def _node(self, item: NodeInstant) -> _Node:
+        cluster = self.clusters[item.cluster]
+        node = cluster.nodes.setdefault(item.node, _Node(latest_ts=item.ts))
+        node.latest_ts = max(node.latest_ts, item.ts)
+        cluster.max_ts = max(cluster.max_ts, item.ts)
+        return node
 
-    def _judge_instant(self, cluster: _Cluster, ts: float, items: list[NodeInstant]) -> list[EpisodeChange]:
-        fresh_gpus: list[GpuObs] = []
-        fresh_nics: list[NicObs] = []
-        for item in items:
-            node = cluster.nodes[item.node]
-            obs = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
-            fresh_gpus.extend(obs)
-            node_busy = any(o.busy for o in obs)
-            fresh_nics.extend(self._observe_nic(item, row, node_busy) for row in item.nic_rows)
-        changes = self._judge_gpus(ts, fresh_gpus)
-        changes += self._judge_missing(cluster, ts, items)
-        changes += self._judge_nics(ts, fresh_nics)
+    def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
+        gpus = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
+        node_busy = any(o.busy for o in gpus)
+        nics = [self._observe_nic(item, row, node_busy) for row in item.nic_rows]
+        changes = self._judge_gpus(item.ts, gpus)
+        changes += self._judge_missing(node, item)
+        changes += self._judge_nics(item.ts, nics)
         return changes
 
     def _observe_gpu(self, item: NodeInstant, row: dict[str, Any], node: _Node) -> GpuObs:
@@ -185,7 +212,6 @@ class Detector:
         state.absent = 0
         state.window.items.append(obs)
         node.gpus.add(uuid)
-        self.groups[group].add(uuid)
         return obs
 
     def _observe_nic(self, item: NodeInstant, row: dict[str, Any], node_busy: bool) -> NicObs:
@@ -195,69 +221,56 @@ class Detector:
         obs = nic_obs(row, state.prev_row, group=group, node_busy=node_busy)
         state.prev_row = row
         state.window.items.append(obs)
-        self.nic_groups[group].add(key)
         return obs
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
-        stats = {}
+        stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}
         changes = []
         for obs in fresh:
-            if obs.group not in stats:
-                members = self._recent(self.gpus, self.groups[obs.group], ts)
-                stats[obs.group] = gpu_peer_stats(obs.group, members, min_peers=self.cfg.min_peers)
             window = self.gpus[obs.uuid].window
-            findings = _run(self.gpu_rules, window, stats[obs.group], self.cfg)
+            peers = stats[obs.group]
+            findings = {cause: explain(f, window, peers) for cause, f in _run(self.gpu_rules, window, peers, self.cfg).items()}
             neutral = JUDGED_ONLY_WHEN_BUSY if not obs.busy else frozenset()
             changes += self._step(gpu_entity(obs.uuid), findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=obs.index, uuid=obs.uuid)
         return changes
 
-    def _judge_missing(self, cluster: _Cluster, ts: float, items: list[NodeInstant]) -> list[EpisodeChange]:
+    def _judge_missing(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
         """A GPU that stopped reporting while its node still reports."""
         changes = []
-        for item in items:
-            reported = {row["uuid"] for row in item.gpu_rows}
-            for uuid in cluster.nodes[item.node].gpus - reported:
-                state = self.gpus[uuid]
-                state.absent += 1
-                if state.absent == 1:
-                    state.absent_since = ts
-                last = state.window.latest
-                finding = None
-                if state.absent >= self.cfg.missing_after_samples:
-                    # Counted in the node's own samples: absence from consecutive samples is
-                    # already the persistence, so the finding opens at once.
-                    finding = Finding(
-                        cause="lost", severity="critical", immediate=True, onset=state.absent_since,
-                        summary=f"GPU {last.index} missing from the last {state.absent} samples of node {item.node} "
-                                f"(last seen {ts - last.ts:.0f} s before)",
-                        evidence={"last_seen": last.ts, "missing_samples": state.absent, "silent_s": ts - last.ts},
-                    )
-                changes += self._step(gpu_entity(uuid), {"lost": finding} if finding else {}, ts, frozenset(),
-                                      cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
+        ts = item.ts
+        reported = {row["uuid"] for row in item.gpu_rows}
+        for uuid in node.gpus - reported:
+            state = self.gpus[uuid]
+            state.absent += 1
+            if state.absent == 1:
+                state.absent_since = ts
+            last = state.window.latest
+            finding = None
+            if state.absent >= self.cfg.missing_after_samples:
+                # Counted in the node's own samples: absence from consecutive samples is
+                # already the persistence, so the finding opens at once.
+                finding = Finding(
+                    cause="lost", severity="critical", immediate=True, onset=state.absent_since,
+                    summary=f"GPU {last.index} missing from the last {state.absent} samples of node {item.node} "
+                            f"(last seen {ts - last.ts:.0f} s before)",
+                    evidence={"last_seen": last.ts, "missing_samples": state.absent, "silent_s": ts - last.ts},
+                )
+            changes += self._step(gpu_entity(uuid), {"lost": finding} if finding else {}, ts, frozenset(),
+                                  cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
         return changes
 
     def _judge_nics(self, ts: float, fresh: list[NicObs]) -> list[EpisodeChange]:
-        stats = {}
+        stats = {group: nic_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}
         changes = []
         for obs in fresh:
-            if obs.group not in stats:
-                members = self._recent(self.nics, self.nic_groups[obs.group], ts)
-                stats[obs.group] = nic_peer_stats(obs.group, members, min_peers=self.cfg.min_peers)
             key = nic_entity(obs.cluster, obs.node, obs.device, obs.port)
-            findings = _run(self.nic_rules, self.nics[key].window, stats[obs.group], self.cfg)
+            window = self.nics[key].window
+            peers = stats[obs.group]
+            findings = {cause: explain(f, window, peers) for cause, f in _run(self.nic_rules, window, peers, self.cfg).items()}
             # A port of an idle node is judged only on what it shows by itself (state, errors).
             neutral = frozenset() if obs.node_busy else frozenset({"network"})
             changes += self._step(key, findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=None, uuid=None)
         return changes
-
-    def _recent(self, states: dict, keys: set[str], ts: float) -> list:
-        horizon = ts - self.cfg.stale_after_s
-        out = []
-        for key in keys:
-            items = states[key].window.items
-            if items and horizon <= items[-1].ts <= ts:
-                out.append(items[-1])
-        return out
 
     def _step(self, entity: str, findings: dict[str, Finding], ts: float, neutral: frozenset[str], *, cluster: str, node: str,
               gpu: int | None, uuid: str | None, causes: tuple[str, ...] | None = None) -> list[EpisodeChange]:
@@ -282,10 +295,17 @@ class Detector:
         conditions = self.conditions[entity]
         cond = conditions.get(cause)
         if cond is None:
-            cond = conditions[cause] = Condition(
-                n=self.cfg.window_n, k=self.cfg.window_k, clear_after=self.cfg.clear_after, clear_after_s=self.cfg.clear_after_s
-            )
+            cfg = self.cfg
+            cond = conditions[cause] = Condition(n=cfg.window_n, k=cfg.window_k, clear_after=cfg.clear_after,
+                                                 clear_after_s=cfg.clear_after_s, open_after_s=cfg.open_after_s)
         return cond
+
+
+def _by_group(observations: list) -> dict[str, list]:
+    groups: dict[str, list] = defaultdict(list)
+    for obs in observations:
+        groups[obs.group].append(obs)
+    return groups
 
 
 def _run(rule_list, window: Window, peers, cfg: DetectionSettings) -> dict[str, Finding]:

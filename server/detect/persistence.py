@@ -1,6 +1,10 @@
 """Turning per-instant findings into lasting conditions: open after k of the last n judged
-instants, resolve after m consecutive clean ones spanning at least `clear_after_s` of sample
-time (hysteresis), so one fault is one episode."""
+instants once the run of hits spans `open_after_s` of sample time (a transient is not a
+straggler: at 1 s sampling three slow samples span 2 s), resolve after m consecutive clean ones
+spanning at least `clear_after_s` of sample time (hysteresis), so one fault is one episode.
+
+A run of hits survives up to n - k clean instants in a row (a fault that shows only in some
+phases of a training step stays one run); n - k + 1 clean instants end it."""
 
 from __future__ import annotations
 
@@ -38,11 +42,14 @@ class Condition:
     k: int
     clear_after: int
     clear_after_s: float = 0.0
+    open_after_s: float = 0.0
     recent: deque = field(init=False)
     is_open: bool = False
     severity: str | None = None
     clean_run: int = 0
     first_clean_ts: float | None = None
+    run_start: float | None = None  # first hit of the current run
+    misses_in_row: int = 0
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.n)
@@ -50,7 +57,13 @@ class Condition:
     def step(self, ts: float, finding: Finding | None) -> Change | None:
         self.recent.append((ts, finding))
         if finding is None:
+            self.misses_in_row += 1
+            if self.misses_in_row > self.n - self.k:
+                self.run_start = None
             return self._clean(ts)
+        self.misses_in_row = 0
+        if self.run_start is None:
+            self.run_start = ts
         self.clean_run, self.first_clean_ts = 0, None
         if self.is_open:
             if finding.severity == "critical" and self.severity != "critical":
@@ -58,11 +71,16 @@ class Condition:
                 return Escalated(finding)
             return None
         hits = [t for t, f in self.recent if f is not None]
-        if finding.immediate or len(hits) >= self.k:
-            self.is_open, self.severity = True, finding.severity
-            onset = hits[0] if finding.onset is None else min(finding.onset, hits[0])
-            return Opened(finding, onset=onset, detected_at=ts)
+        if finding.immediate:
+            return self._open(finding, ts, hits[0])
+        if len(hits) >= self.k and ts - self.run_start >= self.open_after_s:
+            return self._open(finding, ts, min(hits[0], self.run_start))
         return None
+
+    def _open(self, finding: Finding, ts: float, first_hit: float) -> Opened:
+        self.is_open, self.severity = True, finding.severity
+        onset = first_hit if finding.onset is None else min(finding.onset, first_hit)
+        return Opened(finding, onset=onset, detected_at=ts)
 
     def _clean(self, ts: float) -> Change | None:
         if not self.is_open:
@@ -74,6 +92,7 @@ class Condition:
             resolved_at = self.first_clean_ts
             self.is_open, self.severity, self.clean_run, self.first_clean_ts = False, None, 0, None
             self.recent.clear()
+            self.run_start, self.misses_in_row = None, 0
             return Resolved(resolved_at)
         return None
 

@@ -10,11 +10,12 @@ import json
 import logging
 import threading
 import time
+from collections import defaultdict
 
 from sqlalchemy import Engine, select
 
 from server.alerts.outbox import record_episode_change
-from server.detect.engine import Detector, EpisodeChange
+from server.detect.engine import NEVER, Detector, EpisodeChange
 from server.detect.leader import LeaderLock
 from server.detect.persistence import Escalated, Opened, Resolved
 from server.detect.settings import DetectionSettings
@@ -25,7 +26,8 @@ from server.store.dialect import upsert
 log = logging.getLogger(__name__)
 ProgressT = schema.DetectorProgress.__table__
 _CURSOR_KEY = "ingest_log.low_water"
-_JUDGED_PREFIX = "judged_until:"
+_JUDGED_PREFIX = "judged_until:"  # per cluster: every node still reporting judged up to here (the lag gauge)
+_NODE_PREFIX = "judged_node:"  # per node, "<cluster>/<node>" (neither may contain "/"): where its judging resumes
 LATE_SAMPLES = "laggard_detector_late_samples_total"
 LATE_LOG_EVERY_S = 60.0
 LogT, NodeT = schema.IngestLog.__table__, schema.Node.__table__
@@ -68,10 +70,11 @@ class DetectionService:
             self.detector.add(item)
         changes = self.detector.advance()
         late = self.detector.drain_late()
+        judged = self.detector.drain_judged()
         with self.engine.begin() as conn:
             for change in changes:
                 self._store(conn, change)
-            self._save_progress(conn)
+            self._save_progress(conn, judged)
             if late:
                 counters.add(conn, _late_by_cluster(late))
         self._log_late(late)
@@ -94,9 +97,10 @@ class DetectionService:
             log.warning("detector: %d samples of node %s (cluster %s) arrived after their instant was judged, up to %.0f s "
                         "behind it: stored, not judged", count, key[1], key[0], behind)
 
-    def _save_progress(self, conn) -> None:
+    def _save_progress(self, conn, judged: dict[tuple[str, str], float]) -> None:
         progress = {_CURSOR_KEY: float(self.cursor.low_water)}
         progress.update({f"{_JUDGED_PREFIX}{cluster}": ts for cluster, ts in self.detector.judged_until().items()})
+        progress.update({f"{_NODE_PREFIX}{cluster}/{node}": ts for (cluster, node), ts in judged.items()})
         for key, value in progress.items():
             conn.execute(upsert(conn.dialect.name, ProgressT, {"key": key, "value": value}, key="key"))
 
@@ -109,24 +113,36 @@ class DetectionService:
             progress = dict(conn.execute(select(ProgressT.c.key, ProgressT.c.value)).all())
             self.cursor.low_water = int(progress.pop(_CURSOR_KEY, 0))
             judged = {k.removeprefix(_JUDGED_PREFIX): v for k, v in progress.items() if k.startswith(_JUDGED_PREFIX)}
-            for cluster, until in judged.items():
-                self._replay(conn, cluster, until)
+            per_node: dict[str, dict[str, float]] = defaultdict(dict)
+            for key, until in progress.items():
+                if key.startswith(_NODE_PREFIX):
+                    cluster, node = key.removeprefix(_NODE_PREFIX).split("/", 1)
+                    per_node[cluster][node] = until
+            for cluster in judged.keys() | per_node.keys():
+                self._replay(conn, cluster, judged.get(cluster), per_node.get(cluster, {}))
             for ep in episodes.active_for_detector(conn):
                 self.open_ids[(ep["entity"], ep["cause"])] = ep["id"]
                 self.detector.mark_open(entity=ep["entity"], cause=ep["cause"], severity=ep["severity"])
 
-    def _replay(self, conn, cluster: str, until: float) -> None:
+    def _replay(self, conn, cluster: str, cluster_until: float | None, node_until: dict[str, float]) -> None:
         # Everything read but not yet judged is re-read, and the window before it warms the
-        # rates and the windowed rules; nothing at or before `until` is judged again.
-        horizon = until - max(self.cfg.rate_window_s, self.cfg.stale_after_s) - 1.0
+        # rates and the windowed rules; nothing at or before its node's judged instant is
+        # judged again. (A node without a progress row of its own, saved by a detector that
+        # kept one per cluster, resumes at its cluster's.)
+        for node, until in node_until.items():
+            self.detector.resume_at(cluster, node, until)
+        known = [t for t in (cluster_until, *node_until.values()) if t is not None]
+        horizon = min(known) - max(self.cfg.rate_window_s, self.cfg.stale_after_s) - 1.0
         entries = [dict(r) for r in conn.execute(
             select(LogT).join(NodeT, NodeT.c.id == LogT.c.node_id)
             .where(NodeT.c.cluster == cluster, LogT.c.max_ts > horizon, LogT.c.id <= self.cursor.low_water)
         ).mappings()]
-        self.detector.resume_at(cluster, until)
+        fallback = NEVER if cluster_until is None else cluster_until
         for item in load_instants(conn, entries):
+            until = node_until.get(item.node, fallback)
             if item.ts <= until:
-                if item.ts > horizon:
+                self.detector.resume_at(cluster, item.node, until)
+                if item.ts > until - max(self.cfg.rate_window_s, self.cfg.stale_after_s) - 1.0:
                     self.detector.warm(item)
             else:
                 self.detector.add(item)

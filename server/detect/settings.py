@@ -8,14 +8,15 @@ from pydantic import BaseModel, Field
 
 class DetectionSettings(BaseModel):
     # --- peers ---------------------------------------------------------------------------
-    min_peers: int = Field(4, description="Busy GPUs (or ports) a group needs for peer statistics; smaller groups use absolute rules only.")
-    stale_after_s: float = Field(30.0, description="A peer's latest sample older than this (sample time) is left out of the group's statistics.")
-    settle_s: float = Field(60.0, description="A cluster new to the detector is judged only once this much sample time has arrived, so late-starting agents are not missed.")
+    min_peers: int = Field(4, description="Busy GPUs (or ports) of one node and peer group needed for peer statistics; fewer use absolute rules only.")
+    stale_after_s: float = Field(30.0, description="A node whose newest sample is this much (sample time) behind its cluster's newest no longer holds back the cluster's judged_until.")
+    lateness_s: float = Field(900.0, description="A node's samples are judged when they arrive, in the node's own order, up to this far (sample time) behind the newest sample of its cluster: a spool replayed after a 10-minute outage is judged like live data. Older ones are stored, counted (laggard_detector_late_samples_total) and not judged.")
     missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as lost.")
 
     # --- persistence -------------------------------------------------------------------
     window_n: int = Field(3, description="Open an episode when k of the last n evaluated instants found the condition...")
-    window_k: int = Field(2, description="...k of them.")
+    window_k: int = Field(2, description="...k of them...")
+    open_after_s: float = Field(5.0, description="...once the run of hits spans this much sample time: at 1 s sampling a 2-3 s dip is a transient, not a straggler; at 5 s two samples suffice.")
     clear_after: int = Field(3, description="Resolve after this many consecutive clean instants (hysteresis)...")
     clear_after_s: float = Field(30.0, description="...spanning at least this much sample time, so a fault that shows only in some phases of a training step stays one episode.")
     rate_window_s: float = Field(60.0, description="Error counters are judged on their increase over this much sample time.")

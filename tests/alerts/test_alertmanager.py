@@ -62,7 +62,7 @@ def test_alerts_reach_alertmanager_and_resolve(alertmanager, tmp_path, sqlite_ur
     am_url, receiver = alertmanager
     routes = tmp_path / "routes.yaml"
     routes.write_text(f"receivers:\n  - name: team-am\n    type: alertmanager\n    url: {am_url}\ndefault_receivers: [team-am]\n")
-    settings = Settings(database_url=sqlite_url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05,
+    settings = Settings(database_url=sqlite_url, detection=DetectionSettings(open_after_s=0, clear_after_s=0), detection_poll_s=0.05,
                         alerts=AlertSettings(routes_file=str(routes), group_wait_s=0.2, poll_s=0.05, alertmanager_resend_s=60))
     t0 = float(int(time.time()) - 60)
     server = start_in_thread(create_app(settings))

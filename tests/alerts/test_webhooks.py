@@ -22,7 +22,7 @@ SECRET = "hook-s3cret-value"
 
 def settings_for(url: str, receiver_url: str, **alerts) -> Settings:
     return Settings(
-        database_url=url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05, retention_interval_s=3600,
+        database_url=url, detection=DetectionSettings(open_after_s=0, clear_after_s=0), detection_poll_s=0.05, retention_interval_s=3600,
         webhook_urls=receiver_url, webhook_secret=SECRET,
         alerts=AlertSettings(**({"group_wait_s": 0.5, "poll_s": 0.05, "backoff_initial_s": 0.2, "backoff_max_s": 1.0} | alerts)),
     )

@@ -115,7 +115,7 @@ def prometheus(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
     receiver = Receiver()
     settings = Settings(
-        database_url=f"sqlite:///{tmp / 'laggard.db'}", detection=DetectionSettings(settle_s=0), detection_poll_s=0.1,
+        database_url=f"sqlite:///{tmp / 'laggard.db'}", detection=DetectionSettings(open_after_s=0), detection_poll_s=0.1,
         metrics=MetricsSettings(flush_interval_s=0.5), webhook_urls=receiver.url, alerts=AlertSettings(group_wait_s=0.5, poll_s=0.1),
     )
     collector = start_in_thread(create_app(settings))

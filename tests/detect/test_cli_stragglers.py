@@ -16,7 +16,7 @@ from tests.detect.test_service import push_instants, wait_for
 
 @pytest.fixture
 def running(sqlite_url):
-    settings = Settings(database_url=sqlite_url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05)
+    settings = Settings(database_url=sqlite_url, detection=DetectionSettings(open_after_s=0, clear_after_s=0), detection_poll_s=0.05)
     server = start_in_thread(create_app(settings))
     push_instants(server.url, 0, 5, hot=False)
     push_instants(server.url, 5, 9, hot=True)

@@ -1,5 +1,6 @@
 """The engine's own duties, with a one-line stand-in rule (the real rules have their own
-table tests): watermarks, arrival-order independence, idle neutrality, missing GPUs."""
+table tests): peers sampled together, arrival-order independence, lateness, idle neutrality,
+missing GPUs."""
 
 from __future__ import annotations
 
@@ -32,17 +33,19 @@ def gpu_row(node: str, index: int, ts: float, *, clock: int = 1980, util: float 
     }
 
 
-def fleet(ts_range, *, nodes=2, gpus=4, slow=None, idle_at=(), missing=None):
-    """NodeInstants; `slow` = (node, gpu) running 25% slow; `missing` = (node, gpu, from_ts)."""
+def fleet(ts_range, *, nodes=2, gpus=4, slow=None, idle_at=(), missing=None, clock_of=None):
+    """NodeInstants; `slow` = (node, gpu) running 25% slow; `missing` = (node, gpu, from_ts);
+    `clock_of(node, ts)` the healthy clock of a node at an instant (default 1980 MHz)."""
     items = []
     for ts in ts_range:
         for n in range(nodes):
             node = f"n{n}"
             rows = []
+            healthy = clock_of(node, ts) if clock_of else 1980
             for g in range(gpus):
                 if missing and (node, g) == missing[:2] and ts >= missing[2]:
                     continue
-                clock = 1485 if slow == (node, g) else 1980
+                clock = round(healthy * 0.75) if slow == (node, g) else healthy
                 if ts in idle_at:
                     rows.append(gpu_row(node, g, ts, clock=345, util=0.0, reasons=1))
                 else:
@@ -52,7 +55,7 @@ def fleet(ts_range, *, nodes=2, gpus=4, slow=None, idle_at=(), missing=None):
 
 
 def run(items, cfg=None):
-    det = Detector(cfg or DetectionSettings(settle_s=3, clear_after_s=0), gpu_rules=[slow_clock], nic_rules=[])
+    det = Detector(cfg or DetectionSettings(open_after_s=0, clear_after_s=0), gpu_rules=[slow_clock], nic_rules=[])
     changes = []
     for item in items:
         det.add(item)
@@ -85,35 +88,73 @@ def test_arrival_order_does_not_change_the_outcome():
         batches += [(mine[k].ts + rng.uniform(0, 8), mine[k : k + 5]) for k in range(0, len(mine), 5)]
     delivered = [item for _, batch in sorted(batches, key=lambda b: b[0]) for item in batch]
     assert [i.ts for i in delivered] != [i.ts for i in items]
-    # Skew up to 13 s of sample time: inside the settle allowance at the start.
-    _, out_of_order = run(delivered, DetectionSettings(settle_s=20, clear_after_s=0))
-    key = lambda c: (c.entity, c.cause, type(c.change).__name__, getattr(c.change, "onset", None), getattr(c.change, "detected_at", None))
-    assert sorted(map(key, in_order)) == sorted(map(key, out_of_order))
+    _, out_of_order = run(delivered)
+    assert sorted(map(_key, in_order)) == sorted(map(_key, out_of_order))
     assert in_order
 
 
-def test_an_instant_waits_for_every_active_node():
-    det = Detector(DetectionSettings(settle_s=0), gpu_rules=[slow_clock], nic_rules=[])
+def _key(change):
+    c = change.change
+    return change.entity, change.cause, type(c).__name__, getattr(c, "onset", None), getattr(c, "detected_at", None)
+
+
+def test_healthy_nodes_sampled_at_other_moments_of_the_step_are_not_compared_as_simultaneous():
+    # A power-capped job whose step is as long as the sampling interval: n0's agent always
+    # samples in the compute phase (clock held at 1700 MHz by the power cap), n1's and n2's
+    # always in the communication phase (1980 MHz). Nobody is slow: within each node every
+    # GPU shows the same clock at the same instant.
+    def phase_clock(node, ts):
+        return 1700 if node == "n0" else 1980
+
+    items = []
+    for node, offset in (("n0", 0.0), ("n1", 2.5), ("n2", 2.5)):
+        items += [i for i in fleet([t + offset for t in range(100, 160, 5)], nodes=3, clock_of=phase_clock) if i.node == node]
+    items.sort(key=lambda i: i.ts)
+    _, changes = run(items)
+    assert changes == []
+
+
+def test_a_slow_gpu_is_found_next_to_its_node_mates_whatever_its_nodes_phase():
+    def phase_clock(node, ts):
+        return 1700 if node == "n0" else 1980
+
+    items = []
+    for node, offset in (("n0", 0.0), ("n1", 2.5), ("n2", 2.5)):
+        items += [i for i in fleet([t + offset for t in range(100, 160, 5)], nodes=3, clock_of=phase_clock, slow=("n0", 2))
+                  if i.node == node]
+    items.sort(key=lambda i: i.ts)
+    _, changes = run(items)
+    assert [(c.node, c.gpu, type(c.change).__name__) for c in changes] == [("n0", 2, "Opened")]
+    assert changes[0].change.onset == 100.0 and changes[0].change.detected_at == 105.0
+
+
+def test_a_node_is_judged_without_waiting_for_the_others():
+    det = Detector(DetectionSettings(), gpu_rules=[slow_clock], nic_rules=[])
     for item in fleet([100.0, 101.0])[:3]:  # n0@100, n1@100, n0@101 — n1@101 not yet in
         det.add(item)
     det.advance()
+    assert det.drain_judged() == {("c", "n0"): 101.0, ("c", "n1"): 100.0}
+    # The cluster's judged_until is where every node still reporting has been judged.
     assert det.judged_until() == {"c": 100.0}
 
 
-def test_a_new_cluster_waits_to_hear_from_its_late_starters():
-    det = Detector(DetectionSettings(settle_s=10), gpu_rules=[slow_clock], nic_rules=[])
-    items = fleet(range(100, 130))
-    early = [i for i in items if i.node == "n0" and i.ts < 108]
-    for item in early:
-        det.add(item)
-    det.advance()
-    assert det.judged_until() == {}
-    for item in items:
-        if item not in early:
-            det.add(item)
-    det.advance()
+def test_a_node_replaying_ten_minutes_of_spool_is_judged_as_it_would_have_been_live():
+    items = fleet(range(100, 1400, 5), nodes=3, slow=("n2", 1))
+    _, live = run(items)
+    # n2's agent could not push from 400 s to 1000 s: its spool is replayed after the others
+    # have moved on ten minutes.
+    held = [i for i in items if i.node == "n2" and 400 <= i.ts < 1000]
+    rest = [i for i in items if i not in held]
+    at = next(k for k, i in enumerate(rest) if i.ts >= 1000)
+    det, replayed = run(rest[:at] + held + rest[at:])
+    assert sorted(map(_key, live)) == sorted(map(_key, replayed))
     assert det.late_samples == 0
-    assert det.judged_until() == {"c": 129.0}
+
+
+def test_a_node_that_went_silent_does_not_hold_back_the_others():
+    items = [i for i in fleet(range(100, 200)) if not (i.node == "n1" and i.ts > 120)]
+    det, _ = run(items)
+    assert det.judged_until()["c"] == 199.0
 
 
 def test_an_idle_pause_neither_confirms_nor_clears():
@@ -124,7 +165,7 @@ def test_an_idle_pause_neither_confirms_nor_clears():
 
 
 def test_a_gpu_that_stops_reporting_while_its_node_reports_is_lost():
-    cfg = DetectionSettings(settle_s=3, clear_after_s=0)
+    cfg = DetectionSettings(open_after_s=0, clear_after_s=0)
     _, changes = run(fleet(range(100, 130), missing=("n1", 3, 110)), cfg)
     lost = [c for c in changes if c.cause == "lost"]
     assert [(c.node, c.gpu, type(c.change).__name__) for c in lost] == [("n1", 3, "Opened")]
@@ -134,28 +175,30 @@ def test_a_gpu_that_stops_reporting_while_its_node_reports_is_lost():
 def test_a_lost_gpu_that_returns_resolves():
     items = fleet(range(100, 120), missing=("n1", 3, 105))
     items += fleet(range(120, 130))
-    _, changes = run(items, DetectionSettings(settle_s=3, clear_after_s=0))
+    _, changes = run(items, DetectionSettings(open_after_s=0, clear_after_s=0))
     lost = [(type(c.change).__name__) for c in changes if c.cause == "lost"]
     assert lost == ["Opened", "Resolved"]
     resolved = [c for c in changes if isinstance(c.change, Resolved)][0]
     assert resolved.change.resolved_at == 120.0
 
 
-def test_a_node_that_went_silent_does_not_hold_back_the_others():
-    items = [i for i in fleet(range(100, 200)) if not (i.node == "n1" and i.ts > 120)]
-    det, _ = run(items)
-    assert det.judged_until()["c"] == 199.0
-
-
-def test_samples_behind_the_judged_instant_are_drained_per_node_with_how_far_behind():
-    det = Detector(DetectionSettings(settle_s=0), gpu_rules=[slow_clock], nic_rules=[])
-    for item in fleet(range(100, 120)):
+def test_samples_already_judged_or_beyond_the_lateness_allowance_are_counted_per_node():
+    det = Detector(DetectionSettings(lateness_s=600), gpu_rules=[slow_clock], nic_rules=[])
+    for item in fleet(range(100, 1000, 10)):
         det.add(item)
     det.advance()
-    until = det.judged_until()["c"]
-    late = [i for i in fleet(range(100, 104), nodes=3) if i.node == "n2"]
-    for item in late:
+    # n0 sends 120..150 again (already judged); n2 joins with samples from 200..230, more than
+    # 600 s behind the cluster's newest (990): both stored, neither judged.
+    again = [i for i in fleet(range(120, 160, 10)) if i.node == "n0"]
+    ancient = [i for i in fleet(range(200, 240, 10), nodes=3) if i.node == "n2"]
+    for item in again + ancient:
         det.add(item)
-    assert det.drain_late() == {("c", "n2"): (4, until - 100.0)}
+    assert det.advance() == []
+    assert det.drain_late() == {("c", "n0"): (4, 990.0 - 120.0), ("c", "n2"): (4, 390.0 - 200.0)}
     assert det.drain_late() == {}
-    assert det.late_samples == 4
+    assert det.late_samples == 8
+    # A newcomer within the allowance is judged.
+    for item in [i for i in fleet(range(500, 540, 10), nodes=3) if i.node == "n2"]:
+        det.add(item)
+    det.advance()
+    assert det.drain_late() == {}

@@ -67,3 +67,27 @@ def test_a_finding_may_date_its_own_onset():
     found = Finding(cause="lost", severity="critical", summary="gone", evidence={}, immediate=True, onset=7.0)
     change = cond.step(9.0, found)
     assert isinstance(change, Opened) and change.onset == 7.0 and change.detected_at == 9.0
+
+
+# At 1 s sampling with open_after_s = 5: the run of hits must span 5 s of sample time.
+SPAN_CASES = [
+    # (name, interval, verdicts, expected (ts, kind, detail))
+    ("a 2 s dip (three slow samples at 1 s) opens nothing", 1.0, [_, W, W, W, _, _, _, _], []),
+    ("six slow samples at 1 s open, onset at the first", 1.0, [_, W, W, W, W, W, W, _], [(7, "open", 2.0)]),
+    ("one clean sample inside the run keeps it", 1.0, [W, W, _, W, W, W, W], [(6, "open", 1.0)]),
+    ("two clean samples in a row end the run", 1.0, [W, W, W, _, _, W, W, W, W], []),
+    ("at 5 s two slow samples in a row suffice", 5.0, [_, W, W], [(15, "open", 10.0)]),
+    ("immediate findings need no span", 1.0, [_, I], [(2, "open", 2.0)]),
+]
+
+
+@pytest.mark.parametrize("name,interval,verdicts,expected", SPAN_CASES, ids=[c[0] for c in SPAN_CASES])
+def test_a_run_of_hits_must_span_open_after_s(name, interval, verdicts, expected):
+    cond = Condition(n=3, k=2, clear_after=3, open_after_s=5.0)
+    seen = []
+    for k, verdict in enumerate(verdicts, start=1):
+        ts = k * interval
+        change = cond.step(ts, verdict)
+        if isinstance(change, Opened):
+            seen.append((ts, "open", change.onset))
+    assert seen == expected

@@ -63,7 +63,7 @@ def wait_for(url: str, predicate, timeout: float = 10.0, path: str = "/api/v1/st
 
 @pytest.fixture
 def settings(database_url):
-    return Settings(database_url=database_url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05)
+    return Settings(database_url=database_url, detection=DetectionSettings(open_after_s=0, clear_after_s=0), detection_poll_s=0.05)
 
 
 def test_a_hot_gpu_is_flagged_explained_and_resolved(settings):
@@ -151,14 +151,20 @@ def test_a_sample_arriving_after_its_instant_was_judged_is_counted_and_named(set
     server = start_in_thread(create_app(settings))
     try:
         push_instants(server.url, 0, 12, hot=False)
+        # n3 joins ten seconds behind the others: well within the lateness allowance, judged.
+        push(server.url, body("n3", T0 + 2))
+        push(server.url, body("n3", T0 + 3))
         deadline = time.monotonic() + 10
         while not named() and time.monotonic() < deadline:
-            push(server.url, body("n3", T0 + 2))  # joins with a sample from the past, judged already
+            # An agent that lost an acknowledgement sends an instant again: stored once, judged once.
+            push(server.url, body("n3", T0 + 2, hot_gpu=5))
             time.sleep(0.2)
         time.sleep(0.5)
-        push(server.url, body("n3", T0 + 3))  # late again: counted, not named again within the minute
+        push(server.url, body("n3", T0 + 1))  # behind n3's judged instant: counted, not named again within the minute
+        time.sleep(0.5)
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
     finally:
         server.stop()
     assert len(named()) == 1, [r.getMessage() for r in caplog.records]
-    assert 'laggard_detector_late_samples_total{cluster="prod"}' in metrics
+    late = [line for line in metrics.splitlines() if line.startswith('laggard_detector_late_samples_total{cluster="prod"}')]
+    assert late and float(late[0].split()[-1]) >= 2, late

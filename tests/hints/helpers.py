@@ -28,7 +28,7 @@ T0 = float(int(time.time()) - 3600)  # recent: retention (7 days) keeps it
 
 def settings_for(database_url: str, *, detect: bool = False, **hints: Any) -> Settings:
     cfg = {"cache_ttl_s": 0.0, "max_stale_s": 0.0, **hints}  # every request sees what is stored now
-    return Settings(database_url=database_url, detection_enabled=detect, detection=DetectionSettings(settle_s=0, clear_after_s=0),
+    return Settings(database_url=database_url, detection_enabled=detect, detection=DetectionSettings(open_after_s=0, clear_after_s=0),
                     detection_poll_s=0.05, hints=HintSettings(**cfg))
 
 

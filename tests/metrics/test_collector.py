@@ -25,7 +25,7 @@ MIB = 1024 * 1024
 
 
 def settings_for(url: str, **metrics) -> Settings:
-    return Settings(database_url=url, detection=DetectionSettings(settle_s=0, clear_after_s=0), detection_poll_s=0.05,
+    return Settings(database_url=url, detection=DetectionSettings(open_after_s=0, clear_after_s=0), detection_poll_s=0.05,
                     metrics=MetricsSettings(flush_interval_s=0.2, **metrics), retention_interval_s=3600)
 
 

@@ -68,7 +68,7 @@ def test_render_matches_prometheus_client_on_the_collectors_families(tmp_path):
     from server.settings import Settings
     from tests.metrics.fleet import push_range
 
-    server = start_in_thread(create_app(Settings(database_url=f"sqlite:///{tmp_path / 'l.db'}", detection=DetectionSettings(settle_s=0))))
+    server = start_in_thread(create_app(Settings(database_url=f"sqlite:///{tmp_path / 'l.db'}", detection=DetectionSettings(open_after_s=0))))
     try:
         push_range(server.url, float(int(time.time()) - 10), 0, 3, xid={"n1": 1})
         families = server.server.config.app.state.metrics_collector.families()
