@@ -202,3 +202,37 @@ def test_samples_already_judged_or_beyond_the_lateness_allowance_are_counted_per
         det.add(item)
     det.advance()
     assert det.drain_late() == {}
+
+
+def _dip_fleet(dip_samples: int) -> list[NodeInstant]:
+    """Two nodes of 4 H100 at 1 s; GPU 2 of n1 drops 30% of its clock for `dip_samples` samples."""
+    items = fleet(range(100, 160))
+    for item in items:
+        if item.node == "n1" and 120 <= item.ts < 120 + dip_samples:
+            row = item.gpu_rows[2]
+            row["sm_clock_mhz"], row["clocks_event_reasons"] = 1386, 0
+    return items
+
+
+def test_a_two_or_three_second_dip_at_1s_sampling_is_a_transient_not_a_straggler():
+    for samples in (2, 3):
+        det = Detector(DetectionSettings())  # the real rules, the default persistence
+        changes = []
+        for item in _dip_fleet(samples):
+            det.add(item)
+            changes += det.advance()
+        assert changes == [], (samples, [(c.cause, c.change) for c in changes])
+
+
+def test_a_dip_that_lasts_opens_once_its_run_spans_open_after_s():
+    det = Detector(DetectionSettings())
+    changes = []
+    for item in _dip_fleet(10):
+        det.add(item)
+        changes += det.advance()
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert [(c.node, c.gpu, c.cause, c.change.finding.severity) for c in opened] == [("n1", 2, "clock", "critical")]
+    assert opened[0].change.onset == 120.0 and opened[0].change.detected_at == 125.0
+    evidence = opened[0].change.finding.evidence
+    assert evidence["peers"]["count"] == 4 and evidence["peers"]["scope"].startswith("node n1")
+    assert evidence["window"] == {"from": 124.0, "to": 125.0}
