@@ -1,4 +1,5 @@
-"""The detector: windows per GPU and port, peer statistics per node instant, rules, persistence.
+"""The detector: windows per GPU and port, peer statistics per node instant, nodes against nodes
+over aligned windows, rules, persistence.
 
 Peers are compared where their samples are simultaneous by construction: the GPUs (and ports)
 of one node that belong to the same peer group, read by one agent at one instant. Their
@@ -12,15 +13,22 @@ samples arrive: nothing waits for other nodes, and a node that replays its spool
 outage is judged exactly as it would have been live, up to `lateness_s` behind its cluster's
 newest sample. A sample at or before its node's last judged instant (already judged, or out of
 its node's order) and one beyond the lateness allowance are stored but not judged, and counted.
+
+What a comparison inside one node cannot see (a whole node slower than the other nodes of its
+job, a node with too few GPUs of a group for peers of its own) is judged a second way: nodes
+against nodes, over windows aligned across them (server/detect/across.py), once every node
+still reporting has been judged past a window's end.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from server.detect import rules
+from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window
 from server.detect.observe import gpu_obs, nic_group, nic_obs, peer_group
@@ -83,12 +91,14 @@ class _Node:
     judged_until: float = NEVER
     pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
+    nics: set[str] = field(default_factory=set)
 
 
 @dataclass
 class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
     max_ts: float = NEVER
+    across_until: float | None = None  # end of the last aligned window judged nodes against nodes
 
 
 class Detector:
@@ -147,7 +157,7 @@ class Detector:
         obs = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
         busy = any(o.busy for o in obs)
         for row in item.nic_rows:
-            self._observe_nic(item, row, busy)
+            self._observe_nic(item, row, busy, node)
 
     def judged_until(self) -> dict[str, float]:
         """Per cluster, the instant up to which every node still reporting has been judged."""
@@ -183,6 +193,31 @@ class Detector:
                     node.judged_until = ts
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
+            changes.extend(self._judge_across(cluster_name, cluster))
+        return changes
+
+    def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
+        """Nodes against nodes (server/detect/across.py), window by aligned window, once every
+        node still reporting has been judged past the window's end."""
+        width = self.cfg.across_window_s
+        ready = min((n.judged_until for n in cluster.nodes.values() if n.latest_ts >= cluster.max_ts - self.cfg.stale_after_s),
+                    default=NEVER)
+        if ready == NEVER:
+            return []
+        if cluster.across_until is None:
+            cluster.across_until = math.floor(ready / width) * width
+        # Windows beyond the lateness allowance are not judged any more.
+        until = max(cluster.across_until, math.floor((cluster.max_ts - self.cfg.lateness_s) / width) * width)
+        changes = []
+        while until + width <= ready:
+            start, until = until, until + width
+            members = [NodeMembers(node_name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
+                       for node_name, node in cluster.nodes.items() if node.judged_until >= until]
+            for verdict in judge_window(members, start, until, self.cfg):
+                findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
+                changes += self._step(node_entity(name, verdict.node), findings, until, frozenset(), cluster=name,
+                                      node=verdict.node, gpu=None, uuid=None, causes=(verdict.cause,))
+        cluster.across_until = until
         return changes
 
     def _node(self, item: NodeInstant) -> _Node:
@@ -195,7 +230,7 @@ class Detector:
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
         gpus = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
         node_busy = any(o.busy for o in gpus)
-        nics = [self._observe_nic(item, row, node_busy) for row in item.nic_rows]
+        nics = [self._observe_nic(item, row, node_busy, node) for row in item.nic_rows]
         changes = self._judge_gpus(item.ts, gpus)
         changes += self._judge_missing(node, item)
         changes += self._judge_nics(item.ts, nics)
@@ -214,8 +249,9 @@ class Detector:
         node.gpus.add(uuid)
         return obs
 
-    def _observe_nic(self, item: NodeInstant, row: dict[str, Any], node_busy: bool) -> NicObs:
+    def _observe_nic(self, item: NodeInstant, row: dict[str, Any], node_busy: bool, node: _Node) -> NicObs:
         key = nic_entity(item.cluster, item.node, row["device"], row["port"])
+        node.nics.add(key)
         state = self.nics[key]
         group = nic_group(cluster=item.cluster, labels=item.labels)
         obs = nic_obs(row, state.prev_row, group=group, node_busy=node_busy)
@@ -323,3 +359,7 @@ def gpu_entity(uuid: str) -> str:
 
 def nic_entity(cluster: str, node: str, device: str, port: int) -> str:
     return f"nic:{cluster}/{node}/{device}/{port}"
+
+
+def node_entity(cluster: str, node: str) -> str:
+    return f"node:{cluster}/{node}"

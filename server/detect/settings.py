@@ -11,6 +11,8 @@ class DetectionSettings(BaseModel):
     min_peers: int = Field(4, description="Busy GPUs (or ports) of one node and peer group needed for peer statistics; fewer use absolute rules only.")
     stale_after_s: float = Field(30.0, description="A node whose newest sample is this much (sample time) behind its cluster's newest no longer holds back the cluster's judged_until.")
     lateness_s: float = Field(900.0, description="A node's samples are judged when they arrive, in the node's own order, up to this far (sample time) behind the newest sample of its cluster: a spool replayed after a 10-minute outage is judged like live data. Older ones are stored, counted (laggard_detector_late_samples_total) and not judged.")
+    across_window_s: float = Field(60.0, description="Nodes are compared with the other nodes of their peer group over windows this long, aligned across them (boundaries at multiples of it), their counters interpolated at both ends.")
+    across_min_nodes: int = Field(4, description="Steady nodes a peer group needs in a window for the comparison between nodes.")
     missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as lost.")
 
     # --- persistence -------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""Nodes against nodes, over windows aligned across them: what the comparison inside a node
+cannot see — a whole node moving less than the other nodes of its job (an NVSwitch tray, a
+leaf switch, a lower power limit on every GPU), or a node with too few GPUs of a peer group
+for peers of its own.
+
+Nodes sample at their own phases, so no two nodes' samples are simultaneous. Counters are
+therefore compared over common windows [B - W, B] whose boundaries are multiples of W in
+sample time, the same for every node: each GPU's (or port's) counter is interpolated linearly
+at both boundaries between the samples around them (its per-interval rate integrated over the
+part of each interval inside the window), as Prometheus' rate() does over a range. With W many
+sampling intervals long, the error interpolation makes inside one interval is a small part of
+the window, whatever a node's phase. Gauges are not compared across nodes: a clock read in a
+compute phase and one read in a communication phase differ by design (the power cap), and no
+interpolation fixes that; power limits are settings, not readings, and are.
+
+A node takes part in a window only if steady: every GPU of the group busy at every sample
+inside the window (a checkpoint, an evaluation, a job starting or resizing make a group
+unsteady for the windows they touch), every counter readable (no reset inside).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from server.detect.model import Robust, Window
+from server.detect.rules._common import VsPeers
+
+
+@dataclass(frozen=True, slots=True)
+class NodeValue:
+    node: str
+    value: float  # the median over the node's members (GPUs or ports) of the group
+    members: int
+
+
+def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, steady: str = "busy") -> float | None:
+    """The counter's mean rate over [start, end], its value interpolated at both ends; None
+    when the samples do not cover the whole span, a rate inside is unknown (a reset), or an
+    observation inside is not steady (its `steady` attribute false: a GPU not busy, a port
+    of a node not busy)."""
+    items = window.items
+    if len(items) < 2 or items[-1].ts < end:
+        return None
+    total, covered_from = 0.0, None
+    prev_ts = None
+    for obs in items:
+        if prev_ts is not None and obs.ts > start and prev_ts < end:
+            rate = getattr(obs, attr)
+            if rate is None or not getattr(obs, steady):
+                return None
+            lo, hi = max(prev_ts, start), min(obs.ts, end)
+            total += rate * (hi - lo)
+            covered_from = prev_ts if covered_from is None else covered_from
+        prev_ts = obs.ts
+        if obs.ts >= end:
+            break
+    if covered_from is None or covered_from > start:
+        return None
+    return total / (end - start)
+
+
+def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:
+    """A node's figure: the median of its members, only if every member could be measured."""
+    if not rates or any(r is None for r in rates):
+        return None
+    return NodeValue(node, median(rates), len(rates))
+
+
+def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_median: float, drop: float, z_min: float,
+                        noise_floor: float) -> dict[str, tuple[VsPeers, Robust]]:
+    """Each node against the median of the *other* nodes (one odd node never moves its own
+    reference); a node is low when drop below it and z_min robust deviations under it."""
+    values = list(values)
+    if len(values) < min_nodes:
+        return {}
+    out = {}
+    for one in values:
+        others = [v.value for v in values if v is not one]
+        m = median(others)
+        if m < min_median:
+            continue
+        ref = Robust(median=m, mad=median(abs(v - m) for v in others), n=len(others))
+        deviation = one.value / m - 1.0
+        z = ref.z(one.value, noise_floor * m)
+        out[one.node] = (VsPeers(one.value, m, deviation, z, deviation <= -drop and z <= -z_min), ref)
+    return out

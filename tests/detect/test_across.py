@@ -1,0 +1,117 @@
+"""Nodes against nodes over aligned windows (server/detect/across.py): table-driven over the
+pure functions, then through the engine with nodes sampled at their own phases."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate
+from server.detect.engine import Detector, NodeInstant
+from server.detect.persistence import Opened
+from server.detect.settings import DetectionSettings
+from tests.detect.builders import gpu, window
+from tests.detect.test_engine import gpu_row
+
+
+def obs_at(ts_rates, busy_at=()):
+    """A window of observations (ts, rate of the interval ending at ts)."""
+    return window(*(gpu(ts=ts, nvlink_bps=rate, util_gpu_pct=0.0 if ts in busy_at else 98.0) for ts, rate in ts_rates))
+
+
+RATE_CASES = [
+    # (name, (ts, rate) pairs, start, end, expected mean rate)
+    ("intervals inside the window count whole", [(0, 9), (10, 1), (20, 2), (30, 3), (40, 9)], 10, 30, 2.5),
+    ("intervals straddling the boundaries count their part inside", [(0, 9), (7, 1), (17, 2), (27, 3), (37, 9)], 10, 30,
+     (2 * 7 + 3 * 10 + 9 * 3) / 20),
+    ("samples that start after the window's start: unknown", [(12, 1), (17, 2), (27, 3), (37, 9)], 10, 30, None),
+    ("samples that end before the window's end: unknown", [(0, 1), (10, 2), (20, 3), (29, 9)], 10, 30, None),
+    ("an unknown rate inside (a counter reset): unknown", [(0, 1), (10, 2), (20, None), (30, 3)], 10, 30, None),
+    ("the phase does not matter when the rate is constant", [(0.0 + k * 5 + 3.3, 4.0) for k in range(10)], 10, 40, 4.0),
+]
+
+
+@pytest.mark.parametrize("name,pairs,start,end,expected", RATE_CASES, ids=[c[0] for c in RATE_CASES])
+def test_aligned_mean_rate(name, pairs, start, end, expected):
+    got = aligned_mean_rate(obs_at(pairs), "nvlink_bps", start, end)
+    assert got == pytest.approx(expected) if expected is not None else got is None
+
+
+def test_a_member_not_busy_inside_the_window_makes_it_unsteady():
+    pairs = [(0, 1), (10, 1), (20, 1), (30, 1)]
+    assert aligned_mean_rate(obs_at(pairs, busy_at={20}), "nvlink_bps", 10, 30) is None
+    assert aligned_mean_rate(obs_at(pairs, busy_at={40}), "nvlink_bps", 10, 30) == pytest.approx(1)
+
+
+def nodes(*values):
+    return [NodeValue(f"n{i}", v, 8) for i, v in enumerate(values)]
+
+
+JUDGE_CASES = [
+    # (name, node values, min nodes, which nodes are low)
+    ("one node 40% below four steady others", nodes(100, 101, 99, 100, 60), 4, {"n4"}),
+    ("a spread group judges nobody", nodes(100, 60, 140, 80, 120), 4, set()),
+    ("too few nodes", nodes(100, 100, 60), 4, set()),
+    ("a whole group quiet together is below min_median: not judged", nodes(0.5, 0.5, 0.4, 0.5), 4, set()),
+    ("one high node is never 'low'", nodes(100, 100, 100, 100, 200), 4, set()),
+]
+
+
+@pytest.mark.parametrize("name,values,min_nodes,low", JUDGE_CASES, ids=[c[0] for c in JUDGE_CASES])
+def test_against_other_nodes(name, values, min_nodes, low):
+    judged = against_other_nodes(values, min_nodes=min_nodes, min_median=1.0, drop=0.3, z_min=3.0, noise_floor=0.05)
+    assert {node for node, (vs, _) in judged.items() if vs.low} == low
+
+
+# --- through the engine ---------------------------------------------------------------------
+
+
+def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float = 1.0) -> int:
+    """Cumulative NVLink bytes of a job whose traffic comes in bursts: 400 GB/s during the
+    communication part of each step, 40 GB/s otherwise, integrated exactly to `ts`."""
+    whole, part = divmod(ts, step)
+    compute = step * (1 - comm)
+    per_step = 40e9 * compute + 400e9 * step * comm
+    inside = 40e9 * min(part, compute) + 400e9 * max(0.0, part - compute)
+    return int(slow * (whole * per_step + inside))
+
+
+def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4):
+    items = []
+    for n in range(n_nodes):
+        node = f"n{n}"
+        phase = (n * 0.37 * interval) % interval
+        k = 0
+        while (ts := 1000.0 + phase + k * interval) < 1000.0 + duration:
+            rows = []
+            for g in range(gpus):
+                row = gpu_row(node, g, ts)
+                nv = bursty_nvlink(ts, slow=0.6 if node == slow_node else 1.0)
+                row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nv // 2
+                rows.append(row)
+            items.append(NodeInstant("c", node, {"job": "j"}, ts, rows, []))
+            k += 1
+    items.sort(key=lambda i: i.ts)
+    return items
+
+
+def judge(items):
+    det = Detector(DetectionSettings())
+    changes = []
+    for item in items:
+        det.add(item)
+        changes += det.advance()
+    return changes
+
+
+def test_bursty_traffic_sampled_at_six_phases_flags_no_node():
+    assert judge(phased_fleet()) == []
+
+
+def test_a_whole_node_moving_less_over_nvlink_is_found_against_the_other_nodes():
+    changes = judge(phased_fleet(slow_node="n3"))
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause, c.gpu) for c in opened] == [("node:c/n3", "nvlink", None)]
+    evidence = opened[0].change.finding.evidence
+    assert evidence["deviation"] == pytest.approx(-0.4, abs=0.03)
+    assert evidence["window"]["to"] - evidence["window"]["from"] == 60.0 and evidence["window"]["to"] % 60 == 0
+    assert evidence["peers"]["count"] == 5
