@@ -8,6 +8,7 @@ InfiniBand throughput 40% below its peers with no error)."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from random import Random
 
@@ -79,7 +80,7 @@ class Fault:
     variant: str
     subtle: bool
     start: float  # sample time of the first faulty sample
-    end: float  # sample time after the last faulty sample (one interval after start for an event)
+    end: float  # the node's first sample time after the last faulty sample (its next sample for an event)
     param: float = 0.0  # the variant's magnitude (clock factor, limit fraction, XID code, ...)
 
     def to_json(self) -> dict:
@@ -106,33 +107,43 @@ def plan(faults_per_cause: int) -> list[Variant]:
 
 
 def schedule(layout: Layout, *, cluster: str, t0: float, duration: float, interval: float, faults_per_cause: int,
-             rng: Random) -> list[Fault]:
-    """Place the planned faults on nodes and times: on the sampling grid, each lasting 3-8
-    minutes, never two at once on one node (2.5 min apart at least), never starting within a
-    checkpoint pause or its edges, at most ceil(n/2) of a job's n nodes faulty at once, the first
-    after the detector has had 4 minutes of data."""
+             rng: Random, times: list[list[float]]) -> list[Fault]:
+    """Place the planned faults on nodes and times: each lasting 3-8 minutes, never two at
+    once on one node (2.5 min apart at least), never starting within a pause or its edges,
+    away from the node's counter resets and agent outage, at most ceil(n/2) of a job's n
+    nodes faulty at once, the first after the detector has had 4 minutes of the node's data.
+
+    `times[i]` are node i's sample times: a fault starts on one of them (its first faulty
+    sample) and ends on a later one (the first sample after it)."""
     variants = plan(faults_per_cause)
     rng.shuffle(variants)
     busy_by_node: dict[int, list[tuple[float, float]]] = {n.idx: [] for n in layout.nodes}
     faults: list[Fault] = []
     gap = 150.0
     for n_fault, v in enumerate(variants):
-        for _attempt in range(400):
+        for _attempt in range(1000):
             length = 0.0 if v.event else min(rng.uniform(180.0, 480.0), duration / 4)
             lo = max(240.0, 0.1 * duration)
             hi = duration - length - max(60.0, 0.05 * duration)
             if hi <= lo:
                 break
-            start = _snap(rng.uniform(lo, hi), interval)
-            end = start + (interval if v.event else _snap(length, interval))
+            wanted = rng.uniform(lo, hi)
             node = rng.choice(layout.nodes)
+            ts = times[node.idx]
+            k = bisect_left(ts, t0 + wanted)
+            k_end = k + (1 if v.event else max(1, round(length / interval)))
+            if k_end >= len(ts) or ts[k] - t0 < node.appear + 240.0:
+                continue
+            start, end = ts[k] - t0, ts[k_end] - t0
             job = node.job
             if job is None:
                 if v.cause not in ANY_NODE_CAUSES:
                     continue
-            elif not (job.start + 120 <= start and end <= job.end - 30) or job.in_pause(start, 3 * interval):
-                continue
-            if any(a - gap < end and start < b + gap for a, b in busy_by_node[node.idx]):
+            else:
+                span = node.span
+                if not (span[0] + 120 <= start and end <= span[1] - 30) or node.in_pause(start, 3 * interval):
+                    continue
+            if any(a - gap < end and start < b + gap for a, b in busy_by_node[node.idx] + node.quiet()):
                 continue
             if job is not None:
                 # Peers stay a clear majority: at most ceil(n/2) of a job's n nodes with a
@@ -144,14 +155,10 @@ def schedule(layout: Layout, *, cluster: str, t0: float, duration: float, interv
                 if concurrent >= limit:
                     continue
             busy_by_node[node.idx].append((start, end))
-            faults += _make(v, n_fault, cluster, node.name, node.model.nvlink_links, t0 + start, t0 + end, rng)
+            faults += _make(v, n_fault, cluster, node.name, node.model.nvlink_links, ts[k], ts[k_end], rng)
             break
     faults.sort(key=lambda f: (f.start, f.node, -1 if f.gpu is None else f.gpu))
     return faults
-
-
-def _snap(seconds: float, interval: float) -> float:
-    return round(seconds / interval) * interval
 
 
 def _make(v: Variant, n: int, cluster: str, node: str, links: int, start: float, end: float, rng: Random) -> list[Fault]:

@@ -1,15 +1,19 @@
-"""A generated fleet: layout, ground truth, and its samples as protocol-v1 request bodies in
-the order a real fleet would send them."""
+"""A generated fleet: layout, sample times, ground truth, and its samples as protocol-v1
+request bodies in the order a real fleet's pushes would reach the collector."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import heapq
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from random import Random
 
 from bench.fleetgen.faults import Fault, schedule
-from bench.fleetgen.layout import Layout, make_layout
+from bench.fleetgen.layout import Layout, NodeSpec, make_layout
 from bench.fleetgen.sim import NodeSim
+from bench.fleetgen.timing import send_plan, sample_times
 
 AGENT = {"version": "0.1.0", "driver": "550.54.15", "cuda": "12.4"}
 
@@ -17,13 +21,17 @@ AGENT = {"version": "0.1.0", "driver": "550.54.15", "cuda": "12.4"}
 @dataclass(frozen=True)
 class FleetConfig:
     nodes: int = 24
-    interval: float = 1.0  # seconds between samples
+    interval: float = 1.0  # seconds between two samples of a node
     duration: float = 3600.0  # seconds of sample time
     seed: int = 1
-    t0: float = 1_764_662_400.0  # sample time of the first sample
+    t0: float = 1_764_662_400.0  # sampling starts here: each node's first sample lies in [t0, t0 + interval)
     cluster: str = "eval"
     faults: bool = True  # False: the same fleet (same layout, same noise) with nothing injected
     faults_per_cause: int = 6
+    # True: every node samples on the grid t0 + k × interval and every node's batch is pushed
+    # at once, round by round, with no agent outage (the kind fleets of old). The fleet's world
+    # (jobs, pauses, churn, resets, faults) is the same either way.
+    sync: bool = False
 
     @property
     def steps(self) -> int:
@@ -35,6 +43,9 @@ class Fleet:
     cfg: FleetConfig
     layout: Layout = field(init=False)
     truth: list[Fault] = field(init=False)
+    phases: list[float] = field(init=False)  # each node's sampling phase, seconds after t0
+    times: list[list[float]] = field(init=False)  # each node's sample times (those before its first are never sent)
+    first: list[int] = field(init=False)  # index of each node's first sample
     sims: list[NodeSim] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,41 +53,93 @@ class Fleet:
         if cfg.interval <= 0 or cfg.duration < cfg.interval or cfg.nodes < 1:
             raise ValueError("need nodes >= 1 and duration >= interval > 0")
         self.layout = make_layout(cfg.nodes, cfg.duration, Random(f"{cfg.seed}:layout"))
+        self.phases, self.times = [], []
+        for spec in self.layout.nodes:
+            phase, times = sample_times(cfg.t0, cfg.interval, cfg.steps, sync=cfg.sync, rng=Random(f"{cfg.seed}:clock:{spec.idx}"))
+            self.phases.append(phase)
+            self.times.append(times)
+        self.first = [min(cfg.steps - 1, bisect_left(t, cfg.t0 + spec.appear)) for t, spec in zip(self.times, self.layout.nodes)]
         # The schedule is drawn whether or not faults are wanted, so a seed's fault-free
         # fleet is its faulty fleet minus the faults.
         truth = schedule(self.layout, cluster=cfg.cluster, t0=cfg.t0, duration=cfg.duration, interval=cfg.interval,
-                         faults_per_cause=cfg.faults_per_cause, rng=Random(f"{cfg.seed}:schedule"))
+                         faults_per_cause=cfg.faults_per_cause, rng=Random(f"{cfg.seed}:schedule"), times=self.times)
         self.truth = truth if cfg.faults else []
-        self.sims = [NodeSim(spec, seed=cfg.seed, cluster=cfg.cluster, t0=cfg.t0, interval=cfg.interval,
-                             duration=cfg.duration, faults=self.truth) for spec in self.layout.nodes]
+        self.sims = self._sims()
+
+    def _sims(self) -> list[NodeSim]:
+        cfg = self.cfg
+        return [NodeSim(spec, seed=cfg.seed, cluster=cfg.cluster, t0=cfg.t0, interval=cfg.interval, duration=cfg.duration,
+                        faults=self.truth, times=self.times[spec.idx]) for spec in self.layout.nodes]
 
     @property
     def t_end(self) -> float:
-        """Sample time just after the last sample."""
-        return self.cfg.t0 + self.cfg.steps * self.cfg.interval
+        """Sample time one interval after the last sample of any node (where its next would be)."""
+        return max(t[-1] for t in self.times) + self.cfg.interval
+
+    def bodies(self, samples_per_batch: int, nodes: Iterable[int] | None = None) -> Iterator[tuple[float, int, dict]]:
+        """(send time, node index, v1 body) for the whole fleet (or these nodes), by send
+        time: each node's batch goes out a moment after its last sample is taken (sync: round
+        by round, node by node); the node whose agent is out replays its spool after the
+        outage. Each node's samples are generated in time order (its state carries over); a
+        fresh pass each call."""
+        sims = self._sims()
+        wanted = range(len(sims)) if nodes is None else nodes
+        streams = [self._node_bodies(sims[i], samples_per_batch) for i in wanted]
+        return heapq.merge(*streams, key=lambda item: (item[0], item[1]))
 
     def batches(self, samples_per_batch: int) -> Iterator[tuple[int, dict]]:
-        """(node index, v1 body) for the whole fleet: every node's first batch, then every
-        node's second, and so on, so sample time advances together across the fleet. Each
-        node's samples are generated in time order (its state carries over)."""
-        cfg = self.cfg
-        for k0 in range(0, cfg.steps, samples_per_batch):
-            k1 = min(cfg.steps, k0 + samples_per_batch)
-            for sim in self.sims:
-                samples = [sim.sample(k) for k in range(k0, k1)]
-                yield sim.spec.idx, {
-                    "version": 1, "node": sim.spec.name, "cluster": cfg.cluster,
-                    "labels": sim.spec.labels(k0 * cfg.interval), "agent": AGENT, "samples": samples,
-                }
+        """(node index, v1 body) in the order bodies() sends them."""
+        for _send, idx, body in self.bodies(samples_per_batch):
+            yield idx, body
+
+    def node_samples(self, idx: int) -> list[dict]:
+        """One node's samples, all of them in time order (a fresh pass)."""
+        sim = self._sims()[idx]
+        return [sim.sample(k) for k in range(self.first[idx], self.cfg.steps)]
+
+    def _node_bodies(self, sim: NodeSim, per_batch: int) -> Iterator[tuple[float, int, dict]]:
+        cfg, spec = self.cfg, sim.spec
+        outage = None if cfg.sync or spec.outage is None else (cfg.t0 + spec.outage[0], cfg.t0 + spec.outage[1])
+        plan = send_plan(sim.times, self.first[spec.idx], per_batch, sync=cfg.sync, outage=outage,
+                         rng=Random(f"{cfg.seed}:send:{spec.idx}"))
+        for k0, k1, send in plan:
+            yield send, spec.idx, {
+                "version": 1, "node": spec.name, "cluster": cfg.cluster,
+                "labels": spec.labels(sim.times[k0] - cfg.t0), "agent": AGENT,
+                "samples": [sim.sample(k) for k in range(k0, k1)],
+            }
 
     def describe(self) -> str:
         lines = []
         for job in self.layout.jobs:
             models = sorted({self.layout.nodes[i].model.key for i in job.nodes})
-            span = "" if job.start == 0 and job.end == float("inf") else f", runs {job.start:.0f}-{min(job.end, self.cfg.duration):.0f} s"
+            span = "" if job.start == 0 and job.end == math.inf else f", runs {job.start:.0f}-{min(job.end, self.cfg.duration):.0f} s"
             lines.append(f"  {job.name}: {len(job.nodes)} nodes ({'+'.join(models)}), step {job.period:.1f} s, "
-                         f"{'power-capped' if job.cap_bound else 'below cap'}, {len(job.checkpoints)} checkpoint pauses{span}")
+                         f"{'power-capped' if job.cap_bound else 'below cap'}, {len(job.checkpoints)} checkpoint and "
+                         f"{len(job.evals)} evaluation pauses{span}")
         idle = [n.name for n in self.layout.nodes if n.job is None]
         if idle:
             lines.append(f"  idle: {', '.join(idle)}")
+        events = [e for n in self.layout.nodes for e in _events(n)]
+        if events:
+            lines.append(f"  churn: {'; '.join(events)}")
+        lines.append("  sampling: " + ("synchronised grid, pushed round by round" if self.cfg.sync else
+                                      "per-node phase and jitter, pushed as each batch fills"))
         return "\n".join(lines)
+
+
+def _events(n: NodeSpec) -> list[str]:
+    out = []
+    if n.member[0] > -math.inf:
+        out.append(f"{n.name} joins {n.job.name} at {n.member[0]:.0f} s")
+    if n.member[1] < math.inf:
+        out.append(f"{n.name} leaves {n.job.name} at {n.member[1]:.0f} s")
+    if n.appear > 0:
+        out.append(f"{n.name} first reports at {n.appear:.0f} s")
+    if n.gpu_reset is not None:
+        out.append(f"{n.name} GPU reset at {n.gpu_reset:.0f} s")
+    if n.ib_reset is not None:
+        out.append(f"{n.name} {n.ib_reset[0]} counters cleared at {n.ib_reset[1]:.0f} s")
+    if n.outage is not None:
+        out.append(f"{n.name} agent cannot push {n.outage[0]:.0f}-{n.outage[1]:.0f} s")
+    return out

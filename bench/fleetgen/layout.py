@@ -1,5 +1,6 @@
 """Fleet layout: which nodes hold which GPU model, in which rack, running which job, with the
-job's phase rhythm and checkpoint pauses. Everything here is drawn once from the seed."""
+job's step rhythm and its checkpoint and evaluation pauses. Everything here is drawn once from
+the seed; the fleet's churn (bench/fleetgen/churn.py) is drawn on top of it."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ import math
 from dataclasses import dataclass, field
 from random import Random
 
+from bench.fleetgen.churn import add_churn
 from bench.fleetgen.models import A100, H100, H200, Model
 
 NODES_PER_RACK = 4
 WORKING = frozenset({"compute", "comm"})  # states in which a GPU does steady work
+BUSY = WORKING | {"eval"}  # states in which a GPU's faults show (clock, thermal, error counters)
 
 
 @dataclass
 class Job:
     """A synchronous training job over some nodes: every GPU of it moves through the same
-    phases at the same instants (compute, communication, checkpoint pauses)."""
+    phases at the same wall-clock instants (compute, communication, checkpoint and evaluation
+    pauses)."""
 
     name: str
     nodes: list[int]
@@ -36,35 +40,23 @@ class Job:
     ib_compute: float
     wait_per_s: float  # port_xmit_wait ticks per second, communication phase
     pcie_bps: float
-    checkpoints: list[tuple[float, float]] = field(default_factory=list)
+    # Evaluation: forward passes only, below the power cap, little NVLink, almost no IB.
+    eval_demand: float = 0.55
+    eval_util: int = 75
+    eval_nvlink: float = 0.05  # fraction of the communication phase's NVLink traffic
+    pauses: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, "ckpt" | "eval"), sorted
 
     @property
     def cap_bound(self) -> bool:
         return self.compute_demand > 1.0
 
-    def state(self, off: float, dt: float) -> str:
-        """What the job's GPUs do at `off` seconds after t0, seen by a sample every `dt` s.
+    @property
+    def checkpoints(self) -> list[tuple[float, float]]:
+        return [(a, b) for a, b, kind in self.pauses if kind == "ckpt"]
 
-        off / compute / comm / ckpt (paused: idle bit, idle clocks) / ckpt_in (the sample in
-        which the pause began: part-busy utilisation, clocks already down) / ckpt_out (the
-        sample in which work resumed, also the job's first sample)."""
-        if off < self.start or off >= self.end:
-            return "off"
-        if off - dt < self.start:
-            return "ckpt_out"
-        for a, b in self.checkpoints:
-            if a <= off < b:
-                return "ckpt_in" if off - dt < a else "ckpt"
-            if b <= off < b + dt:
-                return "ckpt_out"
-        ph = (off - self.start - self.phase0) % self.period
-        return "compute" if ph < self.period * (1.0 - self.comm_frac) else "comm"
-
-    def in_pause(self, off: float, margin: float) -> bool:
-        """Within `margin` seconds of a checkpoint pause or of the job's start or end."""
-        if off < self.start + margin or off >= self.end - margin:
-            return True
-        return any(a - margin <= off < b + margin for a, b in self.checkpoints)
+    @property
+    def evals(self) -> list[tuple[float, float]]:
+        return [(a, b) for a, b, kind in self.pauses if kind == "eval"]
 
 
 @dataclass
@@ -75,16 +67,44 @@ class NodeSpec:
     rack: str
     rack_offset: float  # inlet temperature offset of the rack, °C
     job: Job | None = None
+    # When the node belongs to its job: a resize moves one end (joined later, left early).
+    member: tuple[float, float] = (-math.inf, math.inf)
+    appear: float = 0.0  # its first sample is at or after this offset (a node joining the fleet mid-run)
+    gpu_reset: float | None = None  # GPU reset / driver reload: every NVML counter restarts from zero
+    ib_reset: tuple[str, float] | None = None  # (port, offset): that port's counters restart from zero
+    outage: tuple[float, float] | None = None  # its agent cannot push in this span; it spools
 
     @property
     def partition(self) -> str:
         return self.model.key
 
+    @property
+    def span(self) -> tuple[float, float]:
+        """When the node works for its job (empty without one)."""
+        if self.job is None:
+            return (math.inf, math.inf)
+        return (max(self.job.start, self.member[0]), min(self.job.end, self.member[1]))
+
     def labels(self, off: float) -> dict[str, str]:
         labels = {"partition": self.partition, "rack": self.rack}
-        if self.job is not None and self.job.start <= off < self.job.end:
+        lo, hi = self.span
+        if lo <= off < hi:
             labels["job"] = self.job.name
         return labels
+
+    def in_pause(self, off: float, margin: float) -> bool:
+        """Within `margin` seconds of a pause of its job or of the node's start or end in it."""
+        lo, hi = self.span
+        if off < lo + margin or off >= hi - margin:
+            return True
+        return any(a - margin <= off < b + margin for a, b, _ in self.job.pauses)
+
+    def quiet(self) -> list[tuple[float, float]]:
+        """Spans in which no fault may be injected: around a counter reset, the agent's outage."""
+        out = [(t - 60.0, t + 120.0) for t in (self.gpu_reset, self.ib_reset and self.ib_reset[1]) if t is not None]
+        if self.outage is not None:
+            out.append(self.outage)
+        return out
 
 
 @dataclass
@@ -96,7 +116,7 @@ class Layout:
 def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
     """Half H100, a quarter H200, a quarter A100 (contiguous blocks, as racks are bought);
     about one idle node in twelve; jobs of 3-6 nodes of one model, one job mixing A100 and
-    H100 nodes; one job starting a third of the way in, one ending early."""
+    H100 nodes; then the churn (bench/fleetgen/churn.py)."""
     if n_nodes < 4:
         models = [H100] * n_nodes
     else:
@@ -144,20 +164,16 @@ def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
         jobs.append(job)
         for i in members:
             nodes[i].job = job
-    # Churn: one job starts late (its nodes idle until then), one ends early.
-    if len(jobs) >= 3:
-        late, early = jobs[1], jobs[2]
-        late.start = round(duration * rng.uniform(0.3, 0.4))
-        early.end = round(duration * rng.uniform(0.75, 0.85))
-        for job in (late, early):
-            _checkpoints(job, duration, rng)
+    add_churn(nodes, jobs, duration, rng, repause=lambda job: pauses(job, duration, rng))
     return Layout(nodes, jobs)
 
 
 def _job(name: str, members: list[int], duration: float, rng: Random) -> Job:
-    period = rng.uniform(6.0, 24.0)
+    # Log-uniform 1-20 s: at 5 s sampling most samples average over whole steps, at 1 s they
+    # catch one phase or the other.
+    period = math.exp(rng.uniform(0.0, math.log(20.0)))
     job = Job(
-        name=name, nodes=members, start=0.0, end=math.inf, period=period,
+        name=name, nodes=list(members), start=0.0, end=math.inf, period=period,
         comm_frac=rng.uniform(0.15, 0.35), phase0=rng.uniform(0.0, period),
         # Most training jobs sit on the power cap (the routine SW power cap bit); a few lighter
         # ones run below it at full clock.
@@ -167,17 +183,31 @@ def _job(name: str, members: list[int], duration: float, rng: Random) -> Job:
         nvlink_frac=rng.uniform(0.25, 0.45), nvlink_compute=rng.uniform(0.1, 0.3),
         ib_bps=rng.uniform(18e9, 36e9), ib_compute=rng.uniform(0.05, 0.2),
         wait_per_s=rng.uniform(1e5, 8e5), pcie_bps=rng.uniform(0.3e9, 3e9),
+        eval_demand=rng.uniform(0.45, 0.65), eval_util=rng.randint(66, 85), eval_nvlink=rng.uniform(0.03, 0.1),
     )
-    _checkpoints(job, duration, rng)
+    pauses(job, duration, rng)
     return job
 
 
-def _checkpoints(job: Job, duration: float, rng: Random) -> None:
-    """A pause every 10-20 min of 20-60 s in which every GPU of the job idles."""
-    job.checkpoints = []
-    t = job.start + rng.uniform(300.0, 900.0)
+def pauses(job: Job, duration: float, rng: Random) -> None:
+    """A checkpoint every 10-20 min of 20-60 s in which every GPU of the job idles, and an
+    evaluation every 15-40 min of 30-120 s, at least a minute away from any checkpoint."""
     horizon = min(job.end, duration)
+    ckpts = []
+    t = job.start + rng.uniform(300.0, 900.0)
     while t < horizon - 60:
         length = rng.uniform(20.0, 60.0)
-        job.checkpoints.append((round(t), round(t + length)))
+        ckpts.append((round(t), round(t + length)))
         t += length + rng.uniform(600.0, 1200.0)
+    evals = []
+    t = job.start + rng.uniform(900.0, 2400.0)
+    while True:
+        length = rng.uniform(30.0, 120.0)
+        for a, b in ckpts:  # move past any checkpoint it would touch
+            if a - 60 < t + length and t < b + 60:
+                t = b + 60.0
+        if t >= horizon - length - 60:
+            break
+        evals.append((round(t), round(t + length)))
+        t += length + rng.uniform(900.0, 2400.0)
+    job.pauses = sorted([(a, b, "ckpt") for a, b in ckpts] + [(a, b, "eval") for a, b in evals])

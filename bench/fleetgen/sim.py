@@ -1,14 +1,18 @@
 """One node's samples, in time order: its GPUs and ports driven by the job's phases, the
-fleet's warm-up, the node's own noise events, and the faults injected into it."""
+fleet's warm-up, the node's own noise events and counter resets, and the faults injected into
+it. Gauges are the state at the sample's instant, as NVML reports them; counters integrate the
+rates over the time since the node's previous sample (bench/fleetgen/phases.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+from bisect import bisect_left
 from random import Random
 
 from bench.fleetgen.faults import Fault
-from bench.fleetgen.layout import WORKING, NodeSpec
+from bench.fleetgen.layout import BUSY, WORKING, NodeSpec
+from bench.fleetgen.phases import OFF, dot, ib_rates, nvlink_rates, occupancy, state
 from bench.fleetgen.models import (HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL,
                                    SXM_BUS_IDS)
 
@@ -34,6 +38,12 @@ class _Nic:
     __slots__ = ("device", "tx", "rx", "symbol", "downed", "rcv", "discards", "wait")
 
 
+class _Tick:
+    """What one sample of the node shares across its GPUs and ports."""
+
+    __slots__ = ("ts", "gap", "off", "st", "occ", "warm", "alpha", "alpha_fast", "nvl", "reset")
+
+
 def _uid(*parts) -> str:
     h = hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
@@ -53,19 +63,26 @@ def _poisson(rng: Random, lam: float) -> int:
 
 class NodeSim:
     def __init__(self, spec: NodeSpec, *, seed: int, cluster: str, t0: float, interval: float, duration: float,
-                 faults: list[Fault]):
+                 faults: list[Fault], times: list[float]):
+        """`times`: the node's sample times, all of them (sample(k) takes the k-th)."""
         self.spec = spec
         self.model = spec.model
         self.t0 = t0
         self.dt = interval
+        self.times = times
         self.cluster = cluster
-        self.alpha = 1.0 - math.exp(-interval / TAU_S)
-        self.alpha_fast = 1.0 - math.exp(-interval / 4.0)
+        self.nvl_rates = nvlink_rates(spec)
+        self.ib_bps, self.ib_wait = ib_rates(spec)
         # The node's noise comes from its own stream (seeded by fleet seed and node, never by
         # the faults), so the fault-free fleet of a seed has exactly the same noise events.
         rng = self.rng = Random(f"{seed}:node:{spec.idx}")
         self.frng = Random(f"{seed}:faults:{spec.idx}")
         self.faults = [f for f in faults if f.node == spec.name]
+        # The middle sample of each fault (an uncorrected ECC error counts again there).
+        self.fault_mid = {}
+        for f in self.faults:
+            k0, k1 = bisect_left(times, f.start), bisect_left(times, f.end)
+            self.fault_mid[f.id] = times[min(len(times) - 1, k0 + (k1 - k0) // 2)]
         m = self.model
         self.gpus: list[_Gpu] = []
         for i in range(8):
@@ -99,11 +116,13 @@ class NodeSim:
             n.wait = rng.randrange(1 << 30, 1 << 36)
             self.nics.append(n)
         self.noise = self._noise_events(rng, duration)
-        # Steady temperatures at t0 for what the node is doing then.
-        st = spec.job.state(0.0, interval) if spec.job else "off"
+        # Steady temperatures at the first sample for what the node is doing then.
+        first = min(bisect_left(times, t0 + spec.appear), len(times) - 1)
+        off = times[first] - t0
+        st = state(spec, off, off)
+        load = 1.0 if st in WORKING else 0.6 if st == "eval" else 0.0
         for g in self.gpus:
-            load = 1.0 if st in WORKING else 0.0
-            g.temp = self._temp_target(g, load, 0.0)
+            g.temp = self._temp_target(g, load, WARMUP_C_PER_HOUR * min(1.0, off / 3600.0))
 
     # --- noise ------------------------------------------------------------------------------
 
@@ -133,33 +152,46 @@ class NodeSim:
     # --- one sample ---------------------------------------------------------------------------
 
     def sample(self, k: int) -> dict:
-        dt = self.dt
-        off = k * dt
-        ts = self.t0 + off
-        job = self.spec.job
-        st = job.state(off, dt) if job is not None else "off"
-        warm = WARMUP_C_PER_HOUR * min(1.0, off / 3600.0)
+        ts = self.times[k]
+        prev = self.times[k - 1] if k else ts - self.dt
+        spec = self.spec
+        t = _Tick()
+        t.ts, t.gap, t.off = ts, ts - prev, ts - self.t0
+        poff = prev - self.t0
+        t.st = state(spec, t.off, poff)
+        t.occ = occupancy(spec, poff, t.off)
+        t.nvl = dot(t.occ, self.nvl_rates)
+        t.warm = WARMUP_C_PER_HOUR * min(1.0, t.off / 3600.0)
+        t.alpha = 1.0 - math.exp(-t.gap / TAU_S)
+        t.alpha_fast = 1.0 - math.exp(-t.gap / 4.0)
+        t.reset = spec.gpu_reset is not None and poff < spec.gpu_reset <= t.off
         active = [f for f in self.faults if f.start <= ts < f.end] if self.faults else ()
         noise = self.noise.get(k, ())
         gpu_noise = [e for e in noise if e[0] in GPU_NOISE_PER_H or e[0] == "xid_app"] if noise else ()
         gpus = []
         for g in self.gpus:
             fl = [f for f in active if f.gpu == g.index] if active else ()
-            rec = self._gpu(g, ts, off, st, warm, fl, gpu_noise)
+            rec = self._gpu(g, t, fl, gpu_noise)
             if rec is not None:
                 gpus.append(rec)
+        ib_reset = spec.ib_reset if spec.ib_reset is not None and poff < spec.ib_reset[1] <= t.off else None
         nics = []
         for i, n in enumerate(self.nics):
             fl = [f for f in active if f.nic == n.device] if active else ()
-            nics.append(self._nic(n, i, ts, st, fl, noise))
+            if ib_reset is not None and ib_reset[0] == n.device:
+                n.tx = n.rx = n.symbol = n.downed = n.rcv = n.discards = n.wait = 0
+            nics.append(self._nic(n, i, t, fl, noise))
         return {"ts": ts, "gpus": gpus, "nics": nics}
 
     def _temp_target(self, g: _Gpu, load: float, warm: float) -> float:
         m = self.model
         return m.temp_idle + (m.temp_busy - m.temp_idle) * load + g.cool + self.spec.rack_offset + warm
 
-    def _gpu(self, g: _Gpu, ts: float, off: float, st: str, warm: float, fl, noise) -> dict | None:
-        m, rng, dt, job = self.model, self.rng, self.dt, self.spec.job
+    def _gpu(self, g: _Gpu, t: _Tick, fl, noise) -> dict | None:
+        m, rng, job, st, ts = self.model, self.rng, self.spec.job, t.st, t.ts
+        if t.reset:  # the driver came back: every NVML counter of the GPU starts again
+            g.nvl_tx = g.nvl_rx = g.crc = g.replay = g.recovery = g.pcie_replay = g.ecc_c = g.ecc_u = 0
+            g.pending = False
         limit = m.power_limit
         for f in fl:
             if f.cause == "lost":
@@ -169,12 +201,11 @@ class NodeSim:
             if f.variant in ("limit_low", "limit_12pct"):
                 limit = float(round(m.power_limit * f.param))
 
-        working = st in WORKING
+        busy = st in BUSY
         pcie_gen, pcie_width = m.pcie_gen_max, 16
-        nvl = 0.0
-        if working:
-            compute = st == "compute"
-            demand = m.power_limit * (job.compute_demand if compute else job.comm_demand) * (1.0 + g.leak) * rng.gauss(1.0, 0.005)
+        if busy:
+            demand = job.compute_demand if st == "compute" else job.comm_demand if st == "comm" else job.eval_demand
+            demand *= m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.005)
             if demand >= limit:
                 power = limit * rng.uniform(0.975, 0.998)
                 clock = m.sm_max * (limit / demand) ** 0.7
@@ -183,15 +214,15 @@ class NodeSim:
                 power = demand
                 clock = m.sm_max - 15 * rng.randint(0, 1)
                 bits = 0
-            if compute:
+            if st == "compute":
                 util = 100 - rng.randint(0, 2)
                 umem = job.mem_util * rng.gauss(1.0, 0.05)
-                nvl = m.nvlink_peak * job.nvlink_frac * job.nvlink_compute
-            else:
+            elif st == "comm":
                 util = job.comm_util + rng.randint(-4, 4)
                 umem = job.mem_util * 0.4 * rng.gauss(1.0, 0.1)
-                nvl = m.nvlink_peak * job.nvlink_frac
-            nvl *= rng.gauss(1.0, 0.03)
+            else:  # evaluation: forward passes, lighter and below the cap
+                util = job.eval_util + rng.randint(-5, 5)
+                umem = job.mem_util * 0.6 * rng.gauss(1.0, 0.1)
             pcie = job.pcie_bps * max(0.2, rng.gauss(1.0, 0.2))
             mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
         elif st == "ckpt_in":  # the pause began within this sample: partly busy, clocks already down
@@ -203,7 +234,6 @@ class NodeSim:
             util, umem, bits = rng.randint(30, 65), rng.uniform(5, 20), 0
             clock, power = m.sm_max - 15 * rng.randint(0, 2), limit * rng.uniform(0.35, 0.5)
             pcie = job.pcie_bps * rng.uniform(0.5, 2.0)
-            nvl = m.nvlink_peak * job.nvlink_frac * 0.3
             mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
         elif st == "ckpt":  # checkpoint: the job's GPUs idle while the state is copied out
             util, umem, bits = 0, 0.0, IDLE
@@ -219,76 +249,77 @@ class NodeSim:
             mem_used = m.mem_reserved
 
         links_up = m.nvlink_links
+        nvl_factor = 1.0
         target_override = None
         xids = []
         for f in fl:
-            c, v, first = f.cause, f.variant, abs(ts - f.start) < dt / 2
+            c, v, first = f.cause, f.variant, ts == f.start
             frng = self.frng
             if c == "thermal":
-                if working:
+                if busy:
                     bits = (bits & ~SW_POWER_CAP) | (HW_THERMAL | HW_SLOWDOWN | SW_THERMAL if v == "hw_thermal" else SW_THERMAL)
                     clock *= f.param
                     power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
-                    target_override = (self._temp_target(g, 1.0, warm) + 12.0 if v == "hot"
+                    target_override = (self._temp_target(g, 1.0, t.warm) + 12.0 if v == "hot"
                                        else (90.0 if v == "hw_thermal" else 86.0) + g.cool * 0.3)
                     g.fast_until = f.end + 30.0
             elif c == "power":
                 if v in ("brake", "node_brake"):
                     bits = (bits & ~(IDLE | SW_POWER_CAP)) | HW_SLOWDOWN | HW_POWER_BRAKE
                     clock = m.sm_max * f.param
-                    power = m.power_idle * (1.6 if working else 1.0) * frng.uniform(0.97, 1.03)
+                    power = m.power_idle * (1.6 if busy else 1.0) * frng.uniform(0.97, 1.03)
             elif c == "hw_slowdown":
                 bits |= HW_SLOWDOWN
-                if working:
+                if busy:
                     bits &= ~SW_POWER_CAP
                     clock *= f.param
                     power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
             elif c == "clock":
-                if working:
+                if busy:
                     bits &= ~SW_POWER_CAP
                     clock *= f.param
                     power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
             elif c == "nvlink":
                 if v == "links_down":
                     links_up = m.nvlink_links - int(f.param)
-                    nvl *= links_up / m.nvlink_links
+                    nvl_factor *= links_up / m.nvlink_links
                     if first:
                         g.recovery += int(f.param)
-                elif working:
+                elif v == "bw_low":
+                    nvl_factor *= f.param
+                elif busy:
                     if v == "crc_rising":
-                        g.crc += max(1, _poisson(frng, f.param * dt))
-                        g.replay += _poisson(frng, 0.2 * f.param * dt)
-                        nvl *= 0.93
+                        g.crc += max(1, _poisson(frng, f.param * t.gap))
+                        g.replay += _poisson(frng, 0.2 * f.param * t.gap)
+                        nvl_factor *= 0.93
                     elif v == "replay_rising":
-                        g.replay += max(1, _poisson(frng, f.param * dt))
-                        nvl *= 0.9
-                    elif v == "bw_low":
-                        nvl *= f.param
+                        g.replay += max(1, _poisson(frng, f.param * t.gap))
+                        nvl_factor *= 0.9
             elif c == "pcie":
                 if v == "gen_down":
                     pcie_gen = min(pcie_gen, m.pcie_gen_max - 2)
                     pcie = min(pcie, 4e9)
                 elif v == "width_down":
                     pcie_width = 8
-                elif working:
-                    g.pcie_replay += max(1, _poisson(frng, f.param * dt))
+                elif busy:
+                    g.pcie_replay += max(1, _poisson(frng, f.param * t.gap))
             elif c == "ecc":
                 g.pending = True
                 if v == "uncorrected":
-                    if first or abs(ts - (f.start + dt * int((f.end - f.start) / dt / 2))) < dt / 2:
+                    if first or ts == self.fault_mid[f.id]:
                         g.ecc_u += 1
                 elif first:
                     g.ecc_c += frng.randint(8, 20)
             elif c == "xid" and first:
-                xids.append({"xid": int(f.param), "ts": round(ts - frng.uniform(0.0, dt), 3)})
+                xids.append({"xid": int(f.param), "ts": round(ts - frng.uniform(0.0, t.gap), 3)})
         if not any(f.cause == "ecc" for f in fl):
             g.pending = False  # rows remapped at the GPU reset that ended the fault
 
         for kind, who, u in noise:
             if kind == "xid_app":
                 # An application error lands on one GPU of a working job, never on a faulty one.
-                if working and who == -1 and int(u * 8) == g.index and not self._faulty_near(g.index, ts):
-                    xids.append({"xid": APP_XIDS[int(u * 1000) % 3], "ts": round(ts - u * dt, 3)})
+                if busy and who == -1 and int(u * 8) == g.index and not self._faulty_near(g.index, ts):
+                    xids.append({"xid": APP_XIDS[int(u * 1000) % 3], "ts": round(ts - u * t.gap, 3)})
             elif who == g.index:
                 if kind == "nvlink_crc":
                     g.crc += 1 if u < 0.8 else 2
@@ -299,13 +330,13 @@ class NodeSim:
 
         # Temperature: first order towards what the power and the air ask for.
         load = max(0.0, (power - m.power_idle) / (m.power_limit - m.power_idle))
-        target = target_override if target_override is not None else self._temp_target(g, load, warm)
-        g.temp += (target - g.temp) * (self.alpha_fast if ts < g.fast_until else self.alpha)
+        target = target_override if target_override is not None else self._temp_target(g, load, t.warm)
+        g.temp += (target - g.temp) * (t.alpha_fast if ts < g.fast_until else t.alpha)
         temp = int(round(g.temp + rng.gauss(0.0, 0.4)))
 
-        step_bytes = int(nvl * dt) // 1024 * 1024
-        g.nvl_tx += step_bytes
-        g.nvl_rx += int(step_bytes * rng.uniform(0.98, 1.02)) // 1024 * 1024
+        moved = int(t.nvl * nvl_factor * rng.gauss(1.0, 0.03)) // 1024 * 1024
+        g.nvl_tx += moved
+        g.nvl_rx += int(moved * rng.uniform(0.98, 1.02)) // 1024 * 1024
         clock = int(round(clock / 15.0) * 15) if clock >= 300 else int(round(clock))
         return {
             "index": g.index, "uuid": g.uuid, "model": m.name, "pci_bus_id": g.bus,
@@ -329,49 +360,41 @@ class NodeSim:
     def _faulty_near(self, gpu: int, ts: float, margin: float = 180.0) -> bool:
         return any(f.gpu == gpu and f.start - margin <= ts < f.end + margin for f in self.faults)
 
-    def _nic(self, n: _Nic, i: int, ts: float, st: str, fl, noise) -> dict:
-        rng, dt, job = self.rng, self.dt, self.spec.job
-        if st in WORKING:
-            comm = st == "comm"
-            bps = job.ib_bps * (1.0 if comm else job.ib_compute) * rng.gauss(1.0, 0.05 if comm else 0.1)
-            wait = job.wait_per_s * (1.0 if comm else 0.1) * rng.lognormvariate(0.0, 0.3)
-        elif st != "off":
-            bps = job.ib_bps * 0.02 * rng.uniform(0.5, 1.5)
-            wait = job.wait_per_s * 0.01 * rng.random()
-        else:
-            bps = rng.uniform(2e4, 2e5)
-            wait = 0.0
+    def _nic(self, n: _Nic, i: int, t: _Tick, fl, noise) -> dict:
+        rng, occ = self.rng, t.occ
+        # Bytes and wait ticks over the interval: each state's rate times the time spent in it.
+        moved = dot(occ, self.ib_bps) * rng.gauss(1.0, 0.05) + occ[OFF] * rng.uniform(2e4, 2e5)
+        wait = dot(occ, self.ib_wait) * rng.lognormvariate(0.0, 0.3)
         state, rate = "ACTIVE", 400.0
         for f in fl:
-            v, first = f.variant, abs(ts - f.start) < dt / 2
+            v, first = f.variant, t.ts == f.start
             if v == "port_down":
-                state, bps, wait = "DOWN", 0.0, 0.0
+                state, moved, wait = "DOWN", 0.0, 0.0
                 if first:
                     n.downed += 1
             elif v == "rate_200":
                 rate = 200.0
-                bps *= 0.6 if st in WORKING else 1.0
+                moved *= 0.6
                 if first:
                     n.downed += 1
             elif v == "symbol_errors":
-                n.symbol += max(1, _poisson(self.frng, f.param * dt))
-                n.rcv += _poisson(self.frng, 0.2 * f.param * dt)
-            elif st in WORKING:
-                if v == "bw_low":
-                    bps *= f.param
-                elif v == "xmit_wait":
-                    wait *= f.param
-                    bps *= 0.8
+                n.symbol += max(1, _poisson(self.frng, f.param * t.gap))
+                n.rcv += _poisson(self.frng, 0.2 * f.param * t.gap)
+            elif v == "bw_low":
+                moved *= f.param
+            elif v == "xmit_wait":
+                wait *= f.param
+                moved *= 0.8
         for kind, who, u in noise:
             if who == i and kind in NIC_NOISE_PER_H:
                 if kind == "ib_symbol":
                     n.symbol += 1
                 else:
                     n.rcv += 1
-        half = bps * dt / 2
+        half = moved / 2
         n.tx += int(half * rng.uniform(0.99, 1.01)) // 4 * 4
         n.rx += int(half * rng.uniform(0.99, 1.01)) // 4 * 4
-        n.wait += int(wait * dt)
+        n.wait += int(wait)
         return {
             "device": n.device, "port": 1, "state": state, "rate_gbps": rate,
             "tx_bytes_total": n.tx, "rx_bytes_total": n.rx, "symbol_errors_total": n.symbol,

@@ -43,7 +43,7 @@ class DetectionSettings(BaseModel):
     bw_noise_floor: float = Field(0.05, description="Smallest spread assumed for throughput, as a fraction of the peer median.")
     nvlink_min_bps: float = Field(1e9, description="NVLink throughput is judged only when the peer median moves at least this many bytes/s (a compute phase moves next to nothing).")
     ib_min_bps: float = Field(1e8, description="Port throughput is judged only when the peer median moves at least this many bytes/s.")
-    ib_wait_floor_per_s: float = Field(1e6, description="Transmit-wait (ticks/s) below this is never congestion, whatever the peers show; about 8 MB/s of lost send time at 8 bytes per tick (ConnectX/Quantum).")
+    ib_wait_floor_per_s: float = Field(2e5, description="The peer median transmit-wait (ticks/s) is taken as at least this, so congestion needs ib_wait_factor times it (1e6 ticks/s) whatever the peers show: a quiet fabric's near-0 median does not turn a trickle into a huge ratio. The peers are the node's other ports over the same interval, so the ratio itself is trusted down to there.")
 
     # --- events --------------------------------------------------------------------------
     hardware_xids: list[int] = Field(

@@ -51,8 +51,8 @@ ROWS = [
     Row("transmit-wait 4.8× the peer median (under ib_wait_factor)", one(nic(xmit_wait_per_s=9.6e6)), nic_peers(wait_scale=10), None),
     Row("transmit-wait 5.2× the peer median", one(nic(xmit_wait_per_s=1.04e7)), nic_peers(wait_scale=10), "network", "warning"),
     Row("transmit-wait 30× the peer median", one(nic(xmit_wait_per_s=6e7)), nic_peers(wait_scale=10), "network", "warning"),
-    Row("transmit-wait high, peers at 0: floor decides (6e6 > 5 × 1e6)", one(nic(xmit_wait_per_s=6e6)), nic_peers(wait_scale=0), "network", "warning"),
-    Row("transmit-wait trickle, peers at 0 (4e6 < 5 × 1e6 floor)", one(nic(xmit_wait_per_s=4e6)), nic_peers(wait_scale=0), None),
+    Row("transmit-wait high, peers at 0: floor decides (1.2e6 > 5 × 2e5)", one(nic(xmit_wait_per_s=1.2e6)), nic_peers(wait_scale=0), "network", "warning"),
+    Row("transmit-wait trickle, peers at 0 (8e5 < 5 × 2e5 floor)", one(nic(xmit_wait_per_s=8e5)), nic_peers(wait_scale=0), None),
     Row("whole fabric congested together", one(nic(xmit_wait_per_s=5e7)), nic_peers(wait_scale=250), None),
     Row("healthy port", one(nic()), PEERS, None),
 ]
