@@ -224,8 +224,9 @@ class Collector:
             return
         self.db_path = workdir / "laggard.db"
         port = _free_port()
+        # Our own collector on loopback, fed by this process alone: no tokens to manage.
         env = os.environ | {"LAGGARD_DATABASE_URL": f"sqlite:///{self.db_path}", "LAGGARD_PORT": str(port),
-                            "LAGGARD_HOST": "127.0.0.1", "LAGGARD_WORKERS": "1"}
+                            "LAGGARD_HOST": "127.0.0.1", "LAGGARD_WORKERS": "1", "LAGGARD_INSECURE": "true"}
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env,
                                      cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
@@ -781,7 +782,8 @@ def _run_all(args, fleets, t0: float, workdir: Path) -> list[dict]:
         since, until = t0 - 1.0, max(j.fleet.t_end for j in jobs) + 3600.0
         print("  waiting for the detector(s) ...", flush=True)
         w0 = time.perf_counter()
-        targets = [(j.collector, {j.fleet.cfg.cluster: j.fleet.t_end - j.fleet.cfg.interval}) for j in jobs]
+        # Each node is judged up to its own last sample: wait for the earliest of those.
+        targets = [(j.collector, {j.fleet.cfg.cluster: min(t[-1] for t in j.fleet.times)}) for j in jobs]
         ok, note = wait_for_detection(targets, since=since, until=until, timeout=args.wait, settle=args.settle)
         print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
         episodes = {id(j): fetch_episodes(j.collector.url, j.fleet.cfg.cluster, since, until) for j in jobs}

@@ -45,8 +45,7 @@ def main() -> int:
 
     port = _free_port()
     tmp = tempfile.mkdtemp()
-    env = os.environ | {"LAGGARD_DATABASE_URL": f"sqlite:///{tmp}/flag.db", "LAGGARD_PORT": str(port),
-                        "LAGGARD_DETECTION__SETTLE_S": str(2 * args.interval)}
+    env = os.environ | {"LAGGARD_DATABASE_URL": f"sqlite:///{tmp}/flag.db", "LAGGARD_PORT": str(port), "LAGGARD_INSECURE": "true"}
     server = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env)
     fleet = SimFleet()
     try:

@@ -83,7 +83,7 @@ def _tokens(url: str) -> tuple[str, str]:
 def run(args: argparse.Namespace, url: str, agent_token: str, read_token: str, tmp: Path) -> dict:
     port = _free_port()
     env = os.environ | {"LAGGARD_DATABASE_URL": url, "LAGGARD_PORT": str(port), "LAGGARD_WORKERS": str(args.workers),
-                        "LAGGARD_INSECURE": "false", "LAGGARD_DETECTION__SETTLE_S": str(2 * args.interval)}
+                        "LAGGARD_INSECURE": "false"}
     log_path = tmp / "collector.log"
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from random import Random
 
 from bench.fleetgen.faults import Fault, schedule
-from bench.fleetgen.layout import Layout, NodeSpec, make_layout
+from bench.fleetgen.churn import add_churn
+from bench.fleetgen.layout import Layout, NodeSpec, make_layout, pauses
 from bench.fleetgen.sim import NodeSim
 from bench.fleetgen.timing import send_plan, sample_times
 
@@ -52,7 +53,9 @@ class Fleet:
         cfg = self.cfg
         if cfg.interval <= 0 or cfg.duration < cfg.interval or cfg.nodes < 1:
             raise ValueError("need nodes >= 1 and duration >= interval > 0")
-        self.layout = make_layout(cfg.nodes, cfg.duration, Random(f"{cfg.seed}:layout"))
+        rng = Random(f"{cfg.seed}:layout")
+        self.layout = make_layout(cfg.nodes, cfg.duration, rng)
+        add_churn(self.layout.nodes, self.layout.jobs, cfg.duration, rng, repause=lambda job: pauses(job, cfg.duration, rng))
         self.phases, self.times = [], []
         for spec in self.layout.nodes:
             phase, times = sample_times(cfg.t0, cfg.interval, cfg.steps, sync=cfg.sync, rng=Random(f"{cfg.seed}:clock:{spec.idx}"))

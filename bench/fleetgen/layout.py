@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass, field
 from random import Random
 
-from bench.fleetgen.churn import add_churn
 from bench.fleetgen.models import A100, H100, H200, Model
 
 NODES_PER_RACK = 4
@@ -116,7 +115,7 @@ class Layout:
 def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
     """Half H100, a quarter H200, a quarter A100 (contiguous blocks, as racks are bought);
     about one idle node in twelve; jobs of 3-6 nodes of one model, one job mixing A100 and
-    H100 nodes; then the churn (bench/fleetgen/churn.py)."""
+    H100 nodes. The churn (bench/fleetgen/churn.py) is drawn on top of it, from the same rng."""
     if n_nodes < 4:
         models = [H100] * n_nodes
     else:
@@ -164,7 +163,6 @@ def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
         jobs.append(job)
         for i in members:
             nodes[i].job = job
-    add_churn(nodes, jobs, duration, rng, repause=lambda job: pauses(job, duration, rng))
     return Layout(nodes, jobs)
 
 

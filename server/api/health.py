@@ -24,4 +24,13 @@ def readyz(request: Request) -> JSONResponse:
     # Answering is not enough: a full disk still answers SELECT 1 and refuses every push.
     if (failure := request.app.state.write_health.failing()) is not None:
         return JSONResponse({"status": "unavailable", "database": "ok", "writes": failure}, status_code=503)
-    return JSONResponse({"status": "ok", "database": "ok", "writes": "ok"})
+    return JSONResponse({"status": "ok", "database": "ok", "writes": "ok", "detection": _detection(request)})
+
+
+def _detection(request: Request) -> dict | None:
+    """What this process does for detection: whether it leads (alert dispatch, shared metrics)
+    and which clusters it judges (server/detect/leases.py)."""
+    detection = getattr(request.app.state, "detection", None)
+    if detection is None or not request.app.state.settings.detection_enabled:
+        return None
+    return {"leader": detection.lock.held, "clusters": list(detection.clusters)}

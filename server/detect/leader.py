@@ -1,5 +1,7 @@
-"""Exactly one detector per database: whichever process holds the lock runs it, and another
-takes over when that process dies (the lock dies with it).
+"""Exactly one leader per database: whichever process holds the lock leads, and another takes
+over when that process dies (the lock dies with it). On SQLite the leader runs the detector; on
+PostgreSQL it dispatches alerts and maintains the shared metrics, while detection is shared
+out by cluster among the replicas (server/detect/leases.py).
 
 SQLite: an exclusive flock on a side file. PostgreSQL: a session advisory lock held on a
 dedicated connection. When the leader's process dies, its socket closes and PostgreSQL ends the
@@ -16,11 +18,16 @@ import zlib
 from sqlalchemy import Engine, text
 
 ADVISORY_KEY = zlib.crc32(b"laggard-detector")
+# Shared advisory locks (MEMBER_NS, 0): one per replica judging its share of the clusters; and
+# (MEMBER_NS, SHARDING_LEADER): held by a leader that judges only its share
+# (server/detect/leases.py). A leader without it is an older version that judges everything.
+MEMBER_NS = zlib.crc32(b"laggard-detector-replicas") & 0x7FFFFFFF
+SHARDING_LEADER = 1
 # Server-side keepalive of the lock session: idle 5 s, then 3 probes 2 s apart; unacknowledged
 # sends give up after 15 s. Per-session settings: no postgresql.conf change needed.
 LOCK_SESSION_TIMEOUT_S = 15
-_KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
-              "tcp_user_timeout": str(LOCK_SESSION_TIMEOUT_S * 1000)}
+KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
+             "tcp_user_timeout": str(LOCK_SESSION_TIMEOUT_S * 1000)}
 
 
 class LeaderLock:
@@ -56,12 +63,7 @@ class LeaderLock:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
         if self._conn is not None:
-            try:
-                # Closed for real, not returned to the pool: a pooled session would keep the lock.
-                self._conn.invalidate()
-                self._conn.close()
-            except Exception:
-                pass
+            close_lock_session(self._conn)
             self._conn = None
 
     def _flock(self) -> bool:
@@ -80,14 +82,32 @@ class LeaderLock:
 
     def _advisory(self) -> bool:
         conn = self.engine.connect()
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+        try:
+            # The marker first: no replica ever sees this leader without it.
+            conn.execute(text("SELECT pg_advisory_lock_shared(:ns, :k)"), {"ns": MEMBER_NS, "k": SHARDING_LEADER})
+            got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+        except Exception:
+            conn.invalidate()  # never back to the pool with a lock on it
+            conn.close()
+            raise
         if got:
-            for name, value in _KEEPALIVE.items():
+            for name, value in KEEPALIVE.items():
                 # Ignored by the server on a Unix socket, where a dead peer is seen at once anyway.
                 conn.execute(text("SELECT set_config(:n, :v, false)"), {"n": name, "v": value})
             conn.commit()
             self._conn = conn
             return True
+        conn.execute(text("SELECT pg_advisory_unlock_shared(:ns, :k)"), {"ns": MEMBER_NS, "k": SHARDING_LEADER})
         conn.commit()
         conn.close()
         return False
+
+
+def close_lock_session(conn) -> None:
+    """Close a connection that holds advisory locks for real, not back into the pool: a pooled
+    session would keep its locks."""
+    try:
+        conn.invalidate()
+        conn.close()
+    except Exception:
+        pass

@@ -35,6 +35,10 @@ class LogCursor:
 
     def take(self, conn: Connection, *, limit: int = 2000) -> list[dict[str, Any]]:
         rows = conn.execute(select(LogT).where(LogT.c.id > self.low_water).order_by(LogT.c.id).limit(limit)).mappings().all()
+        return self.feed(rows)
+
+    def feed(self, rows) -> list[dict[str, Any]]:
+        """The entries of `rows` (log rows above low_water, in id order) not read before."""
         fresh = [dict(r) for r in rows if r["id"] not in self.seen]
         self.seen.update(r["id"] for r in fresh)
         self._advance(now=time.monotonic(), visible=[r["id"] for r in rows])
@@ -55,8 +59,29 @@ class LogCursor:
             self.gap_since = None
 
 
+def take_clusters(conn: Connection, cursors: dict[str, LogCursor], *, limit: int = 2000) -> dict[str, list[dict[str, Any]]]:
+    """New entries of each cluster, each cluster read by its own cursor (a cluster taken over
+    from another replica resumes at that replica's position).
+
+    Every cursor steps over the entries of every cluster, so its gap handling is the same as a
+    single cursor's; cursors at the same position (in steady state, all of them) share a read."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    at: dict[int, list[str]] = defaultdict(list)
+    for cluster, cursor in cursors.items():
+        at[cursor.low_water].append(cluster)
+    for low, clusters in at.items():
+        rows = conn.execute(select(LogT, NodeT.c.cluster).join(NodeT, NodeT.c.id == LogT.c.node_id)
+                            .where(LogT.c.id > low).order_by(LogT.c.id).limit(limit)).mappings().all()
+        for cluster in clusters:
+            out[cluster] = [e for e in cursors[cluster].feed(rows) if e["cluster"] == cluster]
+    return out
+
+
 def load_instants(conn: Connection, entries: list[dict[str, Any]]) -> list[NodeInstant]:
-    """The stored rows behind log entries, as one NodeInstant per node and sample time."""
+    """The stored rows behind log entries, as one NodeInstant per node and sample time, in
+    sample-time order across the nodes: what a cycle reads together arrived together, and a
+    node read first must not make the others look late (Detector.add measures lateness against
+    the newest sample it has seen)."""
     ranges: dict[int, tuple[float, float]] = {}
     for e in entries:
         lo, hi = ranges.get(e["node_id"], (e["min_ts"], e["max_ts"]))
@@ -64,6 +89,7 @@ def load_instants(conn: Connection, entries: list[dict[str, Any]]) -> list[NodeI
     instants: list[NodeInstant] = []
     for node_id, (lo, hi) in ranges.items():
         instants.extend(_node_instants(conn, node_id, lo, hi))
+    instants.sort(key=lambda item: (item.ts, item.node))
     return instants
 
 

@@ -25,7 +25,9 @@ from sqlalchemy import Connection, Engine, select, text
 
 from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
+from server.detect.leases import bucket, holder_names
 from server.detect.observe import peer_group
+from server.detect.shard import CURSOR_PREFIX, LEGACY_CURSOR_KEY
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
 from server.store import counters, schema
 
@@ -56,7 +58,7 @@ COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
     "laggard_ingest_batches_total": ("Request bodies (batches) committed by ingest.", ("cluster",)),
     "laggard_gpu_xid_errors_total": ("XID events reported per GPU and XID code.", ("cluster", "node", "gpu", "uuid", "xid")),
     REJECTED: ("Ingest requests answered with an error, by HTTP status.", ("code",)),
-    "laggard_detector_late_samples_total": ("Node samples stored after their instant was judged: kept, not judged.", ("cluster",)),
+    "laggard_detector_late_samples_total": ("Node samples stored but not judged: at or before their node's last judged instant, or more than lateness_s behind their cluster's newest sample.", ("cluster",)),
     "laggard_ingest_gpu_conflicts_total": ("Batches refused (409) because another node holds one of their GPU UUIDs.", ("cluster",)),
     "laggard_alert_notifications_total": ("Alert notifications attempted, by receiver and result (sent, failed, dropped).",
                                           ("receiver", "result")),
@@ -146,13 +148,13 @@ class LaggardCollector:
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
         progress = dict(conn.execute(text("SELECT key, value FROM detector_progress")).all())
-        low = int(progress.get("ingest_log.low_water", 0))
-        backlog = conn.execute(text("SELECT count(*) FROM ingest_log WHERE id > :low"), {"low": low}).scalar()
+        backlog = _backlog(conn, progress)
+        holders = holder_names(conn) if conn.dialect.name == "postgresql" else None
         pending = {r[0]: (r[1], r[2]) for r in conn.execute(text(
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "progress": progress,
-            "backlog": backlog, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(conn, now),
+            "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(conn, now),
         }
 
     def _hints(self, conn: Connection, now: float) -> dict[str, Any] | None:
@@ -388,7 +390,15 @@ class LaggardCollector:
                 lag.add((key.removeprefix("judged_until:"),), max(0.0, now - value))
         backlog = Family("laggard_detection_backlog_batches", "gauge", "Committed batches the detector has not read yet.")
         backlog.add((), state["backlog"] or 0)
-        return [lag, backlog]
+        if state["holders"] is None:
+            return [lag, backlog]
+        holder = Family("laggard_detection_lease_holder", "gauge",
+                        "1 per cluster: the replica (application_name of its lock session) whose detector judges it; "
+                        "replica=\"\" at 0 while no replica holds the cluster's lease (PostgreSQL).", ("cluster", "replica"))
+        for cluster in sorted({n[1] for n in state["nodes"].values()}):
+            name = state["holders"].get(bucket(cluster))
+            holder.add((cluster, name or ""), 0 if name is None else 1)
+        return [lag, backlog, holder]
 
     def _alert_families(self, state: dict[str, Any], now: float) -> list[Family]:
         pending = Family("laggard_alert_deliveries_pending", "gauge", "Alert deliveries waiting to be sent (or retried), by receiver.",
@@ -401,6 +411,18 @@ class LaggardCollector:
             pending.add((name,), n)
             oldest.add((name,), 0.0 if first is None else max(0.0, now - first))
         return [pending, oldest]
+
+
+def _backlog(conn: Connection, progress: dict[str, float]) -> int:
+    """Committed batches beyond the read position of their cluster (server/detect/shard.py);
+    a cluster without one of its own counts from the position kept before sharding."""
+    positions = [v for k, v in progress.items() if k.startswith(CURSOR_PREFIX) or k == LEGACY_CURSOR_KEY]
+    floor, legacy = min(positions, default=0.0), progress.get(LEGACY_CURSOR_KEY, 0.0)
+    return conn.execute(text(
+        "SELECT count(*) FROM ingest_log l JOIN nodes n ON n.id = l.node_id "
+        "LEFT JOIN detector_progress p ON p.key = :prefix || n.cluster "
+        "WHERE l.id > :floor AND l.id > COALESCE(p.value, :legacy)"
+    ), {"prefix": CURSOR_PREFIX, "floor": floor, "legacy": legacy}).scalar()
 
 
 def _fetch_plain(conn: Connection, sql: str, cutoff: float) -> list[tuple]:

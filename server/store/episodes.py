@@ -54,9 +54,11 @@ def resolved_before(conn: Connection, *, before: float, causes: tuple[str, ...],
     return _rows(conn, stmt.order_by(EpisodeT.c.onset, EpisodeT.c.id))
 
 
-def active_for_detector(conn: Connection) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(select(EpisodeT.c.id, EpisodeT.c.entity, EpisodeT.c.cause, EpisodeT.c.severity)
-                                          .where(EpisodeT.c.resolved_at.is_(None))).mappings()]
+def active_for_detector(conn: Connection, *, cluster: str | None = None) -> list[dict[str, Any]]:
+    stmt = select(EpisodeT.c.id, EpisodeT.c.entity, EpisodeT.c.cause, EpisodeT.c.severity).where(EpisodeT.c.resolved_at.is_(None))
+    if cluster is not None:
+        stmt = stmt.where(EpisodeT.c.cluster == cluster)
+    return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
 def _rows(conn: Connection, stmt) -> list[dict[str, Any]]:

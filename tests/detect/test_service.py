@@ -168,3 +168,31 @@ def test_a_sample_arriving_after_its_instant_was_judged_is_counted_and_named(set
     assert len(named()) == 1, [r.getMessage() for r in caplog.records]
     late = [line for line in metrics.splitlines() if line.startswith('laggard_detector_late_samples_total{cluster="prod"}')]
     assert late and float(late[0].split()[-1]) >= 2, late
+
+
+def test_a_backlog_read_in_one_cycle_is_judged_whatever_the_order_of_its_nodes(database_url):
+    # A detector that fell behind reads many pushes in one cycle; the batches of a node that
+    # come first in the log must not make the others' samples "late" (beyond lateness_s).
+    from sqlalchemy import create_engine, text
+
+    from server.detect.service import DetectionService
+
+    cfg = DetectionSettings(lateness_s=20, open_after_s=0, clear_after_s=0)
+    server = start_in_thread(create_app(Settings(database_url=database_url, detection_enabled=False, detection=cfg)))
+    try:
+        for node in ("n1", "n2"):  # node by node: all of n1's minute, then all of n2's
+            for k in range(0, 60, 10):
+                samples = [body(node, T0 + k + i, hot_gpu=3 if node == "n2" and k + i >= 30 else None)["samples"][0] for i in range(10)]
+                push(server.url, {**body(node, T0 + k), "samples": samples})
+    finally:
+        server.stop()
+    engine = create_engine(database_url)
+    try:
+        service = DetectionService(engine, cfg)
+        service.run_once()
+        assert [shard.detector.late_samples for shard in service.shards.values()] == [0]
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT node, gpu, cause, onset FROM episodes")).all()
+        assert [(n, g, c, o) for n, g, c, o in found] == [("n2", 3, "thermal", T0 + 30)]
+    finally:
+        engine.dispose()

@@ -25,7 +25,7 @@ class CollectorProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = os.environ | {
             "LAGGARD_DATABASE_URL": database_url, "LAGGARD_PORT": str(self.port), "LAGGARD_WORKERS": str(workers),
-            "LAGGARD_DETECTION__SETTLE_S": "0", "LAGGARD_DETECTION_POLL_S": "0.05", "LAGGARD_RETENTION_INTERVAL_S": "3600",
+            "LAGGARD_DETECTION__OPEN_AFTER_S": "0", "LAGGARD_DETECTION_POLL_S": "0.05", "LAGGARD_RETENTION_INTERVAL_S": "3600",
         } | (env or {})
         self.proc: subprocess.Popen | None = None
         self.starts = 0

@@ -27,16 +27,16 @@ REPLICAS = ("replica-a", "replica-b")
 LEADER_RETRY_S = 1.0
 
 
-def start_replica(name: str, database_url: str, receiver_url: str, log_path) -> tuple[subprocess.Popen, str]:
+def start_replica(name: str, database_url: str, receiver_url: str, log_path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = os.environ | {
         # application_name tells the replicas apart in pg_stat_activity (who holds the lock).
         "LAGGARD_DATABASE_URL": f"{database_url}?application_name={name}", "LAGGARD_PORT": str(port),
-        "LAGGARD_DETECTION__SETTLE_S": "0", "LAGGARD_DETECTION__CLEAR_AFTER_S": "0", "LAGGARD_DETECTION_POLL_S": "0.05",
+        "LAGGARD_DETECTION__OPEN_AFTER_S": "0", "LAGGARD_DETECTION__CLEAR_AFTER_S": "0", "LAGGARD_DETECTION_POLL_S": "0.05",
         "LAGGARD_LEADER_RETRY_S": str(LEADER_RETRY_S), "LAGGARD_RETENTION_INTERVAL_S": "3600",
         "LAGGARD_WEBHOOK_URLS": receiver_url, "LAGGARD_ALERTS__GROUP_WAIT_S": "0.2", "LAGGARD_ALERTS__POLL_S": "0.05",
         "LAGGARD_ALERTS__BACKOFF_INITIAL_S": "0.2", "LAGGARD_ALERTS__BACKOFF_MAX_S": "1",
-    }
+    } | (env or {})
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
