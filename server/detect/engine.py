@@ -44,6 +44,7 @@ JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown", "
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
 NEVER = float("-inf")
+SWEEP_EVERY_S = 60.0  # sample time between two sweeps of a cluster for silent nodes
 
 
 @dataclass
@@ -75,6 +76,7 @@ class EpisodeChange:
 class _Gpu:
     window: Window = field(default_factory=Window)
     prev_row: dict[str, Any] | None = None
+    node: tuple[str, str] | None = None  # (cluster, node) it was last seen in
     absent: int = 0  # consecutive samples of its node that it was missing from
     absent_since: float | None = None
 
@@ -99,6 +101,7 @@ class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
     max_ts: float = NEVER
     across_until: float | None = None  # end of the last aligned window judged nodes against nodes
+    swept_at: float = NEVER  # max_ts at the last sweep for silent nodes
 
 
 class Detector:
@@ -194,7 +197,25 @@ class Detector:
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
             changes.extend(self._judge_across(cluster_name, cluster))
+            self._forget_silent(cluster_name, cluster)
         return changes
+
+    def _forget_silent(self, name: str, cluster: _Cluster) -> None:
+        """Drop the windows of nodes silent for longer than the lateness allowance: nothing of
+        theirs could be judged any more, and a fleet that churns node names (or an agent that
+        invents them) must not grow the detector for ever. Open episodes keep their condition;
+        a node that comes back starts afresh."""
+        if cluster.max_ts - cluster.swept_at < SWEEP_EVERY_S:
+            return
+        cluster.swept_at = cluster.max_ts
+        horizon = cluster.max_ts - self.cfg.lateness_s
+        for node_name in [n for n, node in cluster.nodes.items() if node.latest_ts < horizon and not node.pending]:
+            node = cluster.nodes.pop(node_name)
+            for uuid in node.gpus:
+                if self.gpus.get(uuid) is not None and self.gpus[uuid].node == (name, node_name):
+                    del self.gpus[uuid]
+            for key in node.nics:
+                self.nics.pop(key, None)
 
     def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
@@ -244,6 +265,7 @@ class Detector:
         xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
         obs = gpu_obs(row, state.prev_row, group=group, xids=xids)
         state.prev_row = row
+        state.node = (item.cluster, item.node)
         state.absent = 0
         state.window.items.append(obs)
         node.gpus.add(uuid)

@@ -236,3 +236,18 @@ def test_a_dip_that_lasts_opens_once_its_run_spans_open_after_s():
     evidence = opened[0].change.finding.evidence
     assert evidence["peers"]["count"] == 4 and evidence["peers"]["scope"].startswith("node n1")
     assert evidence["window"] == {"from": 124.0, "to": 125.0}
+
+
+def test_a_node_silent_beyond_the_lateness_allowance_is_forgotten_and_starts_afresh():
+    det = Detector(DetectionSettings(lateness_s=300), gpu_rules=[slow_clock], nic_rules=[])
+    items = [i for i in fleet(range(100, 1000, 10), nodes=3) if not (i.node == "n2" and 300 <= i.ts < 900)]
+    for item in items:
+        det.add(item)
+        det.advance()
+        if item.ts == 800.0:
+            # n2 silent since 290, more than 300 s behind: its windows are gone, the others' kept.
+            assert {g for g in det.gpus if g.startswith("GPU-n2-")} == set()
+            assert {g for g in det.gpus if g.startswith("GPU-n1-")} == {f"GPU-n1-{g}" for g in range(4)}
+    # Back at 900: judged as a newcomer, nothing counted late.
+    assert det.late_samples == 0
+    assert det.drain_judged()[("c", "n2")] == 990.0
