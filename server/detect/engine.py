@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from statistics import median
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,8 @@ class Detector:
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
         self.conditions: dict[str, dict[str, Condition]] = defaultdict(dict)  # entity → cause → condition
+        # Link rate of each port name in each group, per node: "<group>|<device>|<port>" → node → Gb/s
+        self.port_rates: dict[str, dict[str, float]] = defaultdict(dict)
         self.late_samples = 0
         # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind)
         self._late: dict[tuple[str, str], tuple[int, float]] = {}
@@ -216,6 +219,8 @@ class Detector:
                     del self.gpus[uuid]
             for key in node.nics:
                 self.nics.pop(key, None)
+            for rates in self.port_rates.values():
+                rates.pop(node_name, None)
 
     def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
@@ -276,10 +281,23 @@ class Detector:
         node.nics.add(key)
         state = self.nics[key]
         group = nic_group(cluster=item.cluster, labels=item.labels)
-        obs = nic_obs(row, state.prev_row, group=group, node_busy=node_busy)
+        expected = self._expected_rate(f"{group}|{row['device']}|{row['port']}", item.node, row["rate_gbps"])
+        # A port's peers inside its node are the ports of the same role: the same link rate as
+        # their namesakes on the other nodes (a 200 Gb/s storage NIC is no peer of the 400 Gb/s
+        # compute rails, while a rail that trained down to 200 still is).
+        role = expected if expected is not None else row["rate_gbps"]
+        obs = nic_obs(row, state.prev_row, group=group if role is None else f"{group}|{role:g}", node_busy=node_busy)
+        obs.expected_rate_gbps = expected
         state.prev_row = row
         state.window.items.append(obs)
         return obs
+
+    def _expected_rate(self, key: str, node: str, rate: float | None) -> float | None:
+        rates = self.port_rates[key]
+        if rate is not None:
+            rates[node] = rate
+        others = [r for n, r in rates.items() if n != node]
+        return median(others) if others else None
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}

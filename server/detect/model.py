@@ -108,6 +108,9 @@ class NicObs:
     link_downed_new: int | None = None
     xmit_wait_per_s: float | None = None
     node_busy: bool = False  # the node's GPUs are working: a quiet port is then suspicious
+    # The link rate of the same port (device, port number) on the other nodes of its group: what
+    # this port should run at. None when no other node has it.
+    expected_rate_gbps: float | None = None
 
 
 @dataclass(slots=True)

@@ -115,3 +115,37 @@ def test_a_whole_node_moving_less_over_nvlink_is_found_against_the_other_nodes()
     assert evidence["deviation"] == pytest.approx(-0.4, abs=0.03)
     assert evidence["window"]["to"] - evidence["window"]["from"] == 60.0 and evidence["window"]["to"] % 60 == 0
     assert evidence["peers"]["count"] == 5
+
+
+def port_row(node: str, device: str, ts: float, *, rate: float, bps: float) -> dict:
+    total = int((ts - 900) * bps / 2)
+    return {"cluster": "c", "node": node, "ts": ts, "device": device, "port": 1, "state": "ACTIVE", "rate_gbps": rate,
+            "tx_bytes_total": total, "rx_bytes_total": total, "symbol_errors_total": 0, "link_downed_total": 0, "rcv_errors_total": 0,
+            "xmit_discards_total": 0, "xmit_wait_total": int(ts * 1e5)}
+
+
+def nodes_with_a_storage_nic(*, downtrained=None, n_nodes=4, duration=300):
+    """Nodes of 4 GPUs, 4 compute rails at 400 Gb/s moving 20 GB/s and one storage NIC (mlx5_8)
+    at 200 Gb/s moving 0.2 GB/s; `downtrained` = (node, device) at 200 Gb/s from its first sample."""
+    items = []
+    for n in range(n_nodes):
+        node = f"n{n}"
+        for k in range(duration // 5):
+            ts = 1000.0 + n * 1.3 + k * 5
+            ports = [port_row(node, f"mlx5_{d}", ts, rate=200.0 if (node, f"mlx5_{d}") == downtrained else 400.0, bps=20e9)
+                     for d in range(4)]
+            ports.append(port_row(node, "mlx5_8", ts, rate=200.0, bps=0.2e9))
+            items.append(NodeInstant("c", node, {"job": "j"}, ts, [gpu_row(node, g, ts) for g in range(4)], ports))
+    items.sort(key=lambda i: i.ts)
+    return items
+
+
+def test_a_storage_nic_is_no_peer_of_the_compute_rails():
+    assert judge(nodes_with_a_storage_nic()) == []
+
+
+def test_a_rail_downtrained_since_boot_is_found_against_its_namesakes():
+    changes = judge(nodes_with_a_storage_nic(downtrained=("n2", "mlx5_1")))
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause) for c in opened] == [("nic:c/n2/mlx5_1/1", "network")]
+    assert "200 Gb/s vs 400 Gb/s on mlx5_1 port 1 of the other nodes" in opened[0].change.finding.summary

@@ -55,6 +55,11 @@ ROWS = [
     Row("transmit-wait trickle, peers at 0 (8e5 < 5 × 2e5 floor)", one(nic(xmit_wait_per_s=8e5)), nic_peers(wait_scale=0), None),
     Row("whole fabric congested together", one(nic(xmit_wait_per_s=5e7)), nic_peers(wait_scale=250), None),
     Row("healthy port", one(nic()), PEERS, None),
+    # --- the rate a port should run at: its namesakes on the other nodes
+    Row("downtrained since boot: 200 Gb/s where the other nodes' mlx5_0 run 400, no peers of its role",
+        one(nic(rate_gbps=200.0, expected_rate_gbps=400.0)), None, "network", "critical"),
+    Row("a storage NIC at 200 Gb/s like its namesakes, next to 400 Gb/s rails", one(nic(rate_gbps=200.0, expected_rate_gbps=200.0)),
+        PEERS, None),
 ]
 
 

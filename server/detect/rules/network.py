@@ -4,8 +4,10 @@ busy — moves far less than its peer ports, or waits to transmit far more than 
 
 - State not ACTIVE (DOWN, POLLING, INIT, ARMED, ...): critical, whatever the node is doing.
   Nothing else is judged then: a down port's rate and throughput follow from it.
-- Rate below the peer ports' median (rates are discrete link speeds: 400 vs 200 Gb/s is a
-  downtrained link or a bad cable): critical.
+- Rate below what the port should run at (rates are discrete link speeds: 400 vs 200 Gb/s is a
+  downtrained link or a bad cable): critical. "Should" is the rate of the same port (device
+  and port number) on the other nodes of the group, so a storage NIC that runs at 200 Gb/s on
+  every node is no fault next to 400 Gb/s compute rails; without namesakes, the peer median.
 - Symbol + receive errors over rate_window_s of sample time ≥ ib_errors_in_window: a warning;
   an isolated symbol error is normal. The link going down and back up (link_downed rising)
   within rate_window_s: a warning (the port reads ACTIVE again, but the flap broke the
@@ -47,12 +49,11 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
     evidence: dict = {}
     critical = False
 
-    if (obs.rate_gbps is not None and peers is not None and peers.rate_gbps is not None
-            and obs.rate_gbps < peers.rate_gbps.median * (1 - _RATE_TOLERANCE)):
-        median = peers.rate_gbps.median
-        parts.append(f"link rate {obs.rate_gbps:g} Gb/s vs peer median {median:g} Gb/s")
-        lead(evidence, "rate_gbps", obs.rate_gbps, peer_median=median, deviation=rnd(obs.rate_gbps / median - 1))
-        evidence.update(peer_rate_gbps=median)
+    expected, against = _expected_rate(obs, peers)
+    if obs.rate_gbps is not None and expected is not None and obs.rate_gbps < expected * (1 - _RATE_TOLERANCE):
+        parts.append(f"link rate {obs.rate_gbps:g} Gb/s vs {against.format(rate=f'{expected:g} Gb/s')}")
+        lead(evidence, "rate_gbps", obs.rate_gbps, peer_median=expected, deviation=rnd(obs.rate_gbps / expected - 1))
+        evidence.update(peer_rate_gbps=expected)
         critical = True
 
     symbol = increase(window, "symbol_errors_per_s", cfg.rate_window_s)
@@ -89,6 +90,16 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
         return None
     return Finding(cause=CAUSE, severity="critical" if critical else "warning", summary=f"{label} " + "; ".join(parts),
                    evidence={k: v for k, v in {**base, **evidence}.items() if v is not None})
+
+
+def _expected_rate(obs: NicObs, peers: NicPeerStats | None) -> tuple[float | None, str]:
+    """What the port should run at: its namesakes on the other nodes of its group (a port is
+    compared with ports of its own role), else the median of its peers."""
+    if obs.expected_rate_gbps is not None:
+        return obs.expected_rate_gbps, f"{{rate}} on {obs.device} port {obs.port} of the other nodes"
+    if peers is not None and peers.rate_gbps is not None:
+        return peers.rate_gbps.median, "peer median {rate}"
+    return None, ""
 
 
 def _sustained_wait(window, seconds: float) -> float | None:
