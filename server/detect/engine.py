@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from statistics import median
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +31,7 @@ from server.detect import rules
 from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window
+from server.detect.namesakes import NamesakeRates
 from server.detect.observe import gpu_obs, nic_group, nic_obs, peer_group
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
@@ -103,6 +103,7 @@ class _Cluster:
     max_ts: float = NEVER
     across_until: float | None = None  # end of the last aligned window judged nodes against nodes
     swept_at: float = NEVER  # max_ts at the last sweep for silent nodes
+    waiting: set[str] = field(default_factory=set)  # nodes with samples pending
 
 
 class Detector:
@@ -114,8 +115,7 @@ class Detector:
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
         self.conditions: dict[str, dict[str, Condition]] = defaultdict(dict)  # entity → cause → condition
-        # Link rate of each port name in each group, per node: "<group>|<device>|<port>" → node → Gb/s
-        self.port_rates: dict[str, dict[str, float]] = defaultdict(dict)
+        self.namesakes = NamesakeRates()  # link rate of each port name in each group, per node
         self.late_samples = 0
         # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind)
         self._late: dict[tuple[str, str], tuple[int, float]] = {}
@@ -126,12 +126,8 @@ class Detector:
 
     def add(self, item: NodeInstant) -> None:
         cluster = self.clusters[item.cluster]
-        node = cluster.nodes.get(item.node)
-        if node is None:
-            node = cluster.nodes[item.node] = _Node(latest_ts=item.ts)
-        horizon = cluster.max_ts - self.cfg.lateness_s
-        node.latest_ts = max(node.latest_ts, item.ts)
-        cluster.max_ts = max(cluster.max_ts, item.ts)
+        horizon = cluster.max_ts - self.cfg.lateness_s  # before this sample moves it
+        node = self._node(item)
         if item.ts <= node.judged_until or item.ts < horizon:
             # Already judged, out of its node's order, or beyond the lateness allowance:
             # stored and served by the API, but not judged.
@@ -140,6 +136,7 @@ class Detector:
         known = node.pending.get(item.ts)
         if known is None or len(item.gpu_rows) + len(item.nic_rows) >= len(known.gpu_rows) + len(known.nic_rows):
             node.pending[item.ts] = item
+            cluster.waiting.add(item.node)
 
     def _count_late(self, item: NodeInstant, behind: float) -> None:
         self.late_samples += 1
@@ -191,14 +188,14 @@ class Detector:
     def advance(self) -> list[EpisodeChange]:
         changes: list[EpisodeChange] = []
         for cluster_name, cluster in self.clusters.items():
-            for node_name, node in cluster.nodes.items():
-                if not node.pending:
-                    continue
+            for node_name in sorted(cluster.waiting):
+                node = cluster.nodes[node_name]
                 for ts in sorted(node.pending):
                     changes.extend(self._judge_node_instant(node, node.pending[ts]))
                     node.judged_until = ts
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
+            cluster.waiting.clear()
             changes.extend(self._judge_across(cluster_name, cluster))
             self._forget_silent(cluster_name, cluster)
         return changes
@@ -219,8 +216,7 @@ class Detector:
                     del self.gpus[uuid]
             for key in node.nics:
                 self.nics.pop(key, None)
-            for rates in self.port_rates.values():
-                rates.pop(node_name, None)
+            self.namesakes.forget(f"{name}/{node_name}")
 
     def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
@@ -248,7 +244,9 @@ class Detector:
 
     def _node(self, item: NodeInstant) -> _Node:
         cluster = self.clusters[item.cluster]
-        node = cluster.nodes.setdefault(item.node, _Node(latest_ts=item.ts))
+        node = cluster.nodes.get(item.node)
+        if node is None:
+            node = cluster.nodes[item.node] = _Node(latest_ts=item.ts)
         node.latest_ts = max(node.latest_ts, item.ts)
         cluster.max_ts = max(cluster.max_ts, item.ts)
         return node
@@ -281,7 +279,7 @@ class Detector:
         node.nics.add(key)
         state = self.nics[key]
         group = nic_group(cluster=item.cluster, labels=item.labels)
-        expected = self._expected_rate(f"{group}|{row['device']}|{row['port']}", item.node, row["rate_gbps"])
+        expected = self.namesakes.observe(f"{group}|{row['device']}|{row['port']}", f"{item.cluster}/{item.node}", row["rate_gbps"])
         # A port's peers inside its node are the ports of the same role: the same link rate as
         # their namesakes on the other nodes (a 200 Gb/s storage NIC is no peer of the 400 Gb/s
         # compute rails, while a rail that trained down to 200 still is).
@@ -291,13 +289,6 @@ class Detector:
         state.prev_row = row
         state.window.items.append(obs)
         return obs
-
-    def _expected_rate(self, key: str, node: str, rate: float | None) -> float | None:
-        rates = self.port_rates[key]
-        if rate is not None:
-            rates[node] = rate
-        others = [r for n, r in rates.items() if n != node]
-        return median(others) if others else None
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}

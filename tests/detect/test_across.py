@@ -149,3 +149,32 @@ def test_a_rail_downtrained_since_boot_is_found_against_its_namesakes():
     opened = [c for c in changes if isinstance(c.change, Opened)]
     assert [(c.entity, c.cause) for c in opened] == [("nic:c/n2/mlx5_1/1", "network")]
     assert "200 Gb/s vs 400 Gb/s on mlx5_1 port 1 of the other nodes" in opened[0].change.finding.summary
+
+
+NAMESAKE_CASES = [
+    # (name, [(node, rate) observed in order], expected for the last observation)
+    ("no other node", [("a", 400.0)], None),
+    ("the median of the others, not the node itself", [("a", 400.0), ("b", 400.0), ("c", 200.0)], 400.0),
+    ("even count: the mean of the middle two", [("a", 400.0), ("b", 200.0), ("c", 100.0)], 300.0),
+    ("a node's rate changing is counted once", [("a", 400.0), ("b", 200.0), ("b", 400.0), ("c", 200.0)], 400.0),
+    ("an unknown rate keeps what was known", [("a", 400.0), ("b", 400.0), ("b", None)], 400.0),
+]
+
+
+@pytest.mark.parametrize("name,observed,expected", NAMESAKE_CASES, ids=[c[0] for c in NAMESAKE_CASES])
+def test_namesake_rates(name, observed, expected):
+    from server.detect.namesakes import NamesakeRates
+
+    rates = NamesakeRates()
+    got = [rates.observe("g|mlx5_0|1", node, rate) for node, rate in observed][-1]
+    assert got == expected
+
+
+def test_a_forgotten_node_no_longer_counts():
+    from server.detect.namesakes import NamesakeRates
+
+    rates = NamesakeRates()
+    for node, rate in (("a", 200.0), ("b", 400.0), ("c", 400.0)):
+        rates.observe("g|mlx5_0|1", node, rate)
+    rates.forget("b")
+    assert rates.observe("g|mlx5_0|1", "c", 400.0) == 200.0
