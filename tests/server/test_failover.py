@@ -27,6 +27,17 @@ REPLICAS = ("replica-a", "replica-b")
 LEADER_RETRY_S = 1.0
 
 
+def stop_replicas(procs: dict[str, tuple[subprocess.Popen, str]]) -> None:
+    """SIGTERM every replica still running; kill one that does not stop within 20 s."""
+    for proc, _ in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def start_replica(name: str, database_url: str, receiver_url: str, log_path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = os.environ | {
@@ -144,13 +155,7 @@ def test_kill_9_of_the_leader_hands_over_without_loss_or_duplicates(postgres_url
         assert per_instant == len(fleet.acked) * 8  # stored once each, 8 GPUs per sample
         assert procs[survivor][0].poll() is None
     finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop_replicas(procs)
         receiver.close()
         db.dispose()
 

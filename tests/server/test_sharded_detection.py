@@ -17,7 +17,7 @@ from server.settings import Settings
 from tests.metrics.fleet import body
 from tests.metrics.tools import values, wait_http
 from tests.server.payloads import encode
-from tests.server.test_failover import start_replica, wait_for
+from tests.server.test_failover import start_replica, stop_replicas, wait_for
 
 CLUSTERS = ("c0", "c1", "c2", "c3")
 NODES = ("n1", "n2", "n3")
@@ -167,11 +167,5 @@ def test_three_replicas_share_four_clusters_and_survive_a_kill_9(postgres_url, t
             assert len(holders) == 1 and cluster in held(urls[holders[0]])
         assert fleet.acked == len(CLUSTERS) * len(NODES) * 26
     finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except Exception:
-                    proc.kill()
+        stop_replicas(procs)
         db.dispose()
