@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import zlib
 
 from sqlalchemy import Engine, text
 
-ADVISORY_KEY = zlib.crc32(b"laggard-detector")
-# Shared advisory locks (MEMBER_NS, 0): one per replica judging its share of the clusters; and
-# (MEMBER_NS, SHARDING_LEADER): held by a leader that judges only its share
-# (server/detect/leases.py). A leader without it is an older version that judges everything.
-MEMBER_NS = zlib.crc32(b"laggard-detector-replicas") & 0x7FFFFFFF
-SHARDING_LEADER = 1
+from server.store.detector_state import ADVISORY_KEY, MEMBER_NS, SHARDING_LEADER
+
 # Server-side keepalive of the lock session: idle 5 s, then 3 probes 2 s apart; unacknowledged
 # sends give up after 15 s. Per-session settings: no postgresql.conf change needed.
 LOCK_SESSION_TIMEOUT_S = 15

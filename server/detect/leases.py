@@ -30,62 +30,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import zlib
 from collections import Counter
-from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 
-from server.detect.leader import ADVISORY_KEY, KEEPALIVE, MEMBER_NS, SHARDING_LEADER, close_lock_session
+from server.detect.leader import KEEPALIVE, close_lock_session
+from server.store.detector_state import LEASE_NS, MEMBER_NS, LockView, as_int4, bucket, read_locks
 
 log = logging.getLogger(__name__)
-LEASE_NS = zlib.crc32(b"laggard-cluster-lease") & 0x7FFFFFFF
-_LOCKS_SQL = text(
-    "SELECT l.pid, l.classid::bigint, l.objid::bigint, l.objsubid, a.application_name FROM pg_locks l "
-    "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-)
-
-
-def bucket(cluster: str) -> int:
-    """The lease key of a cluster: crc32 of its name, as pg_locks shows it (unsigned)."""
-    return zlib.crc32(cluster.encode())
-
-
-def _int4(key: int) -> int:
-    return key - (1 << 32) if key >= 1 << 31 else key
-
-
-@dataclass
-class LockView:
-    """Who holds what, from pg_locks: member pids, lease holders by bucket, and whether an older
-    version leads."""
-
-    members: set[int]
-    holders: dict[int, int]
-    names: dict[int, str]
-    older_leader: bool
-
-
-def read_locks(conn: Connection) -> LockView:
-    members, holders, names, leader, sharding = set(), {}, {}, None, set()
-    for pid, classid, objid, objsubid, name in conn.execute(_LOCKS_SQL).all():
-        names[pid] = name or f"pid {pid}"
-        if objsubid == 2 and classid == MEMBER_NS and objid == 0:
-            members.add(pid)
-        elif objsubid == 2 and classid == MEMBER_NS and objid == SHARDING_LEADER:
-            sharding.add(pid)
-        elif objsubid == 2 and classid == LEASE_NS:
-            holders[objid] = pid
-        elif objsubid == 1 and classid == 0 and objid == ADVISORY_KEY:
-            leader = pid
-    return LockView(members | set(holders.values()), holders, names, leader is not None and leader not in sharding)
-
-
-def holder_names(conn: Connection) -> dict[int, str]:
-    """Lease bucket → application_name of the session holding it (the metrics read this)."""
-    view = read_locks(conn)
-    return {b: view.names[pid] for b, pid in view.holders.items()}
 
 
 def plan(*, me: int, view: LockView, buckets: set[int]) -> tuple[list[int], list[int], int]:
@@ -141,7 +93,7 @@ class ClusterLeases:
                 if want == 0:
                     break
                 # Another replica may take it first: then try the next one.
-                if conn.execute(text("SELECT pg_try_advisory_lock(:ns, :k)"), {"ns": LEASE_NS, "k": _int4(key)}).scalar():
+                if conn.execute(text("SELECT pg_try_advisory_lock(:ns, :k)"), {"ns": LEASE_NS, "k": as_int4(key)}).scalar():
                     self.buckets.add(key)
                     want -= 1
             conn.commit()
@@ -188,6 +140,6 @@ class ClusterLeases:
 
     def _unlock(self, keys: list[int]) -> None:
         for key in keys:
-            self._conn.execute(text("SELECT pg_advisory_unlock(:ns, :k)"), {"ns": LEASE_NS, "k": _int4(key)})
+            self._conn.execute(text("SELECT pg_advisory_unlock(:ns, :k)"), {"ns": LEASE_NS, "k": as_int4(key)})
             self.buckets.discard(key)
         self._conn.commit()

@@ -15,11 +15,12 @@ import time
 from sqlalchemy import Engine, select
 
 from server.detect.leader import LeaderLock
-from server.detect.leases import ClusterLeases, bucket
+from server.detect.leases import ClusterLeases
 from server.detect.settings import DetectionSettings
 from server.detect.shard import Fenced, Shard
 from server.detect.source import load_instants, take_clusters
 from server.store import counters, schema
+from server.store.detector_state import bucket
 
 log = logging.getLogger(__name__)
 LATE_SAMPLES = "laggard_detector_late_samples_total"

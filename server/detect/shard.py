@@ -21,15 +21,11 @@ from server.detect.persistence import Escalated, Opened, Resolved
 from server.detect.settings import DetectionSettings
 from server.detect.source import LogCursor, load_instants
 from server.store import episodes, schema
+from server.store.detector_state import CURSOR_PREFIX, EPOCH_PREFIX, JUDGED_PREFIX, LEGACY_CURSOR_KEY, NODE_PREFIX
 from server.store.dialect import upsert
 
 ProgressT = schema.DetectorProgress.__table__
 LogT, NodeT = schema.IngestLog.__table__, schema.Node.__table__
-LEGACY_CURSOR_KEY = "ingest_log.low_water"  # one position for every cluster, before sharding
-CURSOR_PREFIX = "ingest_log.low_water:"
-JUDGED_PREFIX = "judged_until:"  # per cluster: every node still reporting judged up to here (the lag gauge)
-NODE_PREFIX = "judged_node:"  # per node, "<cluster>/<node>" (neither may contain "/"): where its judging resumes
-EPOCH_PREFIX = "lease_epoch:"
 # A read position that moved over other clusters' entries only is stored at most this often: a
 # holder resuming from an older one re-reads nothing of its cluster, only those entries.
 CURSOR_SAVE_EVERY_S = 10.0

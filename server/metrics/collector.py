@@ -25,11 +25,11 @@ from sqlalchemy import Connection, Engine, select, text
 
 from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
-from server.detect.leases import bucket, holder_names
 from server.detect.observe import peer_group
-from server.detect.shard import CURSOR_PREFIX, LEGACY_CURSOR_KEY
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
 from server.store import counters, schema
+from server.store.detector_state import backlog as backlog_of
+from server.store.detector_state import bucket, holder_names
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class LaggardCollector:
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
         progress = dict(conn.execute(text("SELECT key, value FROM detector_progress")).all())
-        backlog = _backlog(conn, progress)
+        backlog = backlog_of(conn, progress)
         holders = holder_names(conn) if conn.dialect.name == "postgresql" else None
         pending = {r[0]: (r[1], r[2]) for r in conn.execute(text(
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
@@ -411,18 +411,6 @@ class LaggardCollector:
             pending.add((name,), n)
             oldest.add((name,), 0.0 if first is None else max(0.0, now - first))
         return [pending, oldest]
-
-
-def _backlog(conn: Connection, progress: dict[str, float]) -> int:
-    """Committed batches beyond the read position of their cluster (server/detect/shard.py);
-    a cluster without one of its own counts from the position kept before sharding."""
-    positions = [v for k, v in progress.items() if k.startswith(CURSOR_PREFIX) or k == LEGACY_CURSOR_KEY]
-    floor, legacy = min(positions, default=0.0), progress.get(LEGACY_CURSOR_KEY, 0.0)
-    return conn.execute(text(
-        "SELECT count(*) FROM ingest_log l JOIN nodes n ON n.id = l.node_id "
-        "LEFT JOIN detector_progress p ON p.key = :prefix || n.cluster "
-        "WHERE l.id > :floor AND l.id > COALESCE(p.value, :legacy)"
-    ), {"prefix": CURSOR_PREFIX, "floor": floor, "legacy": legacy}).scalar()
 
 
 def _fetch_plain(conn: Connection, sql: str, cutoff: float) -> list[tuple]:
