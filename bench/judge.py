@@ -57,9 +57,9 @@ class Instants:
         return out
 
 
-def judge(bodies: Iterable[dict], cfg: DetectionSettings | None = None) -> list[dict]:
+def judge(bodies: Iterable[dict], cfg: DetectionSettings | None = None, *, screen: bool = True) -> list[dict]:
     """Feed bodies in the given order, judging after each; the episodes as the API serves them."""
-    detector = Detector(cfg or DetectionSettings())
+    detector = Detector(cfg or DetectionSettings(), screen=screen)
     instants = Instants()
     episodes = Episodes()
     for body in bodies:

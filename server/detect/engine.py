@@ -35,6 +35,7 @@ from server.detect.namesakes import NamesakeRates
 from server.detect.observe import gpu_obs, nic_group, nic_obs, peer_group
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
+from server.detect.screen import Recent, gpu_may_find, nic_may_find
 from server.detect.settings import DetectionSettings
 
 # Performance causes are about a busy GPU running slow: an idle instant with nothing found
@@ -80,12 +81,14 @@ class _Gpu:
     node: tuple[str, str] | None = None  # (cluster, node) it was last seen in
     absent: int = 0  # consecutive samples of its node that it was missing from
     absent_since: float | None = None
+    recent: Recent = field(default_factory=Recent)
 
 
 @dataclass
 class _Nic:
     window: Window = field(default_factory=Window)
     prev_row: dict[str, Any] | None = None
+    recent: Recent = field(default_factory=Recent)
 
 
 @dataclass
@@ -107,8 +110,10 @@ class _Cluster:
 
 
 class Detector:
-    def __init__(self, cfg: DetectionSettings, *, gpu_rules=None, nic_rules=None):
+    def __init__(self, cfg: DetectionSettings, *, gpu_rules=None, nic_rules=None, screen: bool = True):
         self.cfg = cfg
+        # The screen (server/detect/screen.py) knows the default rules' triggers only.
+        self.screen = screen and gpu_rules is None and nic_rules is None
         self.gpu_rules = rules.GPU_RULES if gpu_rules is None else gpu_rules
         self.nic_rules = rules.NIC_RULES if nic_rules is None else nic_rules
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
@@ -271,6 +276,7 @@ class Detector:
         state.node = (item.cluster, item.node)
         state.absent = 0
         state.window.items.append(obs)
+        state.recent.note_gpu(obs)
         node.gpus.add(uuid)
         return obs
 
@@ -288,17 +294,20 @@ class Detector:
         obs.expected_rate_gbps = expected
         state.prev_row = row
         state.window.items.append(obs)
+        state.recent.note_nic(obs, self.cfg)
         return obs
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}
         changes = []
         for obs in fresh:
-            window = self.gpus[obs.uuid].window
-            peers = stats[obs.group]
+            state = self.gpus[obs.uuid]
+            window, peers, entity = state.window, stats[obs.group], gpu_entity(obs.uuid)
+            if self.screen and entity not in self.conditions and not gpu_may_find(obs, peers, state.recent, self.cfg):
+                continue  # no rule could find anything, and nothing is tracked to advance
             findings = {cause: explain(f, window, peers) for cause, f in _run(self.gpu_rules, window, peers, self.cfg).items()}
             neutral = JUDGED_ONLY_WHEN_BUSY if not obs.busy else frozenset()
-            changes += self._step(gpu_entity(obs.uuid), findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=obs.index, uuid=obs.uuid)
+            changes += self._step(entity, findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=obs.index, uuid=obs.uuid)
         return changes
 
     def _judge_missing(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
@@ -331,8 +340,10 @@ class Detector:
         changes = []
         for obs in fresh:
             key = nic_entity(obs.cluster, obs.node, obs.device, obs.port)
-            window = self.nics[key].window
-            peers = stats[obs.group]
+            state, peers = self.nics[key], stats[obs.group]
+            if self.screen and key not in self.conditions and not nic_may_find(obs, peers, state.recent, self.cfg):
+                continue
+            window = state.window
             findings = {cause: explain(f, window, peers) for cause, f in _run(self.nic_rules, window, peers, self.cfg).items()}
             # A port of an idle node is judged only on what it shows by itself (state, errors).
             neutral = frozenset() if obs.node_busy else frozenset({"network"})

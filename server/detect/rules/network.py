@@ -29,7 +29,7 @@ from server.detect.settings import DetectionSettings
 CAUSE = "network"
 ACTIVE_STATES = frozenset({"ACTIVE", "ACTIVE_DEFER"})
 # Rates are parsed from text such as "400 Gb/sec": the tolerance only absorbs float noise.
-_RATE_TOLERANCE = 0.01
+RATE_TOLERANCE = 0.01
 
 
 def port_label(obs: NicObs) -> str:
@@ -50,7 +50,7 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
     critical = False
 
     expected, against = _expected_rate(obs, peers)
-    if obs.rate_gbps is not None and expected is not None and obs.rate_gbps < expected * (1 - _RATE_TOLERANCE):
+    if obs.rate_gbps is not None and expected is not None and obs.rate_gbps < expected * (1 - RATE_TOLERANCE):
         parts.append(f"link rate {obs.rate_gbps:g} Gb/s vs {against.format(rate=f'{expected:g} Gb/s')}")
         lead(evidence, "rate_gbps", obs.rate_gbps, peer_median=expected, deviation=rnd(obs.rate_gbps / expected - 1))
         evidence.update(peer_rate_gbps=expected)
