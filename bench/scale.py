@@ -4,10 +4,14 @@ Feeds the detector engine (server/detect/engine.py) one fleet of N GPUs (8 per n
 per node, one peer group, a few GPUs running hot) instant after instant, as the detection
 service does after reading them from the database, and reports the wall and CPU time of judging
 one evaluation window (one sample instant of the whole fleet) and the peak memory the
-process reaches (run sizes separately for a clean figure per size). Reading the rows from the database is not included (see bench/ingest.py).
+process reaches (run sizes separately for a clean figure per size). With --service the fleet
+is written to a database first (SQLite, or --database-url) and each window is read back as the
+detection service reads it (server/detect/source.py: the ingest log, then the rows behind it);
+the storage read and the engine are then reported separately, and end to end.
 
     python bench/scale.py                         # 10,000 and 100,000 GPUs
     python bench/scale.py --gpus 10000 --instants 6
+    python bench/scale.py --gpus 10000 --warm 13 --service
 """
 
 from __future__ import annotations
@@ -37,9 +41,14 @@ def main() -> int:
     p.add_argument("--interval", type=float, default=5.0, help="sample interval, seconds of sample time")
     p.add_argument("--nics", type=int, default=8, help="IB ports per node")
     p.add_argument("--warm", type=int, default=120, help="instants replayed first (120 fills every window, as in steady state)")
+    p.add_argument("--service", action="store_true", help="read each window back from a database, as the service does")
+    p.add_argument("--database-url", help="with --service: this database (default: a fresh SQLite file)")
     args = p.parse_args()
     for gpus in args.gpus or [10_000, 100_000]:
-        run(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm)
+        if args.service:
+            run_service(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm, url=args.database_url)
+        else:
+            run(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm)
     return 0
 
 
@@ -107,6 +116,48 @@ def run(gpus: int, *, instants: int, interval: float, nics: int, warm: int) -> N
     print(f"{gpus:,} GPUs ({nodes:,} nodes, {nodes * nics:,} ports): one window {wall:.2f} s wall, {cpu:.2f} s CPU "
           f"(median of {len(walls)}); {gpus / cpu:,.0f} GPU-samples per CPU-second; "
           f"peak RSS {peak / 2**20:,.0f} MiB (the whole process, input instants included); {changes} episode changes")
+
+
+def run_service(gpus: int, *, instants: int, interval: float, nics: int, warm: int, url: str | None) -> None:
+    from bench.scale_store import FleetWriter, database
+    from server.detect.source import LogCursor, load_instants, take_clusters
+
+    nodes = gpus // 8
+    fleet = FleetRows(nodes, nics, random.Random(7))
+    detector = Detector(DetectionSettings(open_after_s=0))
+    t0 = 1_800_000_000.0
+    with database(url) as engine:
+        writer = FleetWriter(engine)
+        for step in range(warm):
+            items = fleet.instant(step, t0 + step * interval)
+            writer.write(items)
+            for item in items:
+                detector.warm(item)
+        for n in range(nodes):
+            detector.resume_at(CLUSTER, f"node-{n:05d}", t0 + (warm - 1) * interval)
+        for step in range(warm, warm + instants + 1):
+            writer.write(fleet.instant(step, t0 + step * interval))
+        cursor = LogCursor(low_water=warm * nodes)
+        reads, judges = [], []
+        with engine.connect() as conn:
+            for step in range(warm, warm + instants + 1):
+                cpu = time.process_time()
+                entries = take_clusters(conn, {CLUSTER: cursor}, limit=nodes)[CLUSTER]
+                items = load_instants(conn, entries)
+                read = time.process_time() - cpu
+                assert len(items) == nodes, (len(items), nodes)
+                cpu = time.process_time()
+                for item in items:
+                    detector.add(item)
+                detector.advance()
+                judge = time.process_time() - cpu
+                if step > warm:
+                    reads.append(read)
+                    judges.append(judge)
+    read, judge = statistics.median(reads), statistics.median(judges)
+    print(f"{gpus:,} GPUs ({nodes:,} nodes, {nodes * nics:,} ports), {engine.dialect.name}: one window read back {read:.2f} s CPU, "
+          f"judged {judge:.2f} s CPU (medians of {len(reads)}); end to end {gpus / (read + judge):,.0f} GPU-samples per CPU-second "
+          f"(storage read alone {gpus / read:,.0f}, engine alone {gpus / judge:,.0f})")
 
 
 if __name__ == "__main__":
