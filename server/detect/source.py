@@ -81,49 +81,73 @@ def load_instants(conn: Connection, entries: list[dict[str, Any]]) -> list[NodeI
     """The stored rows behind log entries, as one NodeInstant per node and sample time, in
     sample-time order across the nodes: what a cycle reads together arrived together, and a
     node read first must not make the others look late (Detector.add measures lateness against
-    the newest sample it has seen)."""
+    the newest sample it has seen).
+
+    Read in bulk: one query per table for a chunk of nodes (not four per node), rows as plain
+    tuples, each kept only if inside its own node's range."""
     ranges: dict[int, tuple[float, float]] = {}
     for e in entries:
         lo, hi = ranges.get(e["node_id"], (e["min_ts"], e["max_ts"]))
         ranges[e["node_id"]] = (min(lo, e["min_ts"]), max(hi, e["max_ts"]))
+    # Nodes sorted by where their range starts, so a chunk's common range stays close to each
+    # node's own (a node replaying its spool does not make the others read ten minutes).
+    ordered = sorted(ranges, key=lambda node_id: ranges[node_id])
     instants: list[NodeInstant] = []
-    for node_id, (lo, hi) in ranges.items():
-        instants.extend(_node_instants(conn, node_id, lo, hi))
+    for i in range(0, len(ordered), CHUNK_NODES):
+        instants.extend(_chunk_instants(conn, {node_id: ranges[node_id] for node_id in ordered[i:i + CHUNK_NODES]}))
     instants.sort(key=lambda item: (item.ts, item.node))
     return instants
 
 
-def _node_instants(conn: Connection, node_id: int, lo: float, hi: float) -> list[NodeInstant]:
-    node = conn.execute(select(NodeT).where(NodeT.c.id == node_id)).mappings().one()
-    base = {"cluster": node["cluster"], "node": node["name"]}
-    by_ts: dict[float, NodeInstant] = {}
+CHUNK_NODES = 500  # node ids per query (SQLite's bound-parameter limit, plan size)
+_GPU_KEYS = ("ts", *GPU_METRICS, "uuid", "index", "model")
+_NIC_KEYS = ("ts", *NIC_METRICS, "device", "port")
 
-    def instant(ts: float) -> NodeInstant:
-        if ts not in by_ts:
-            by_ts[ts] = NodeInstant(node["cluster"], node["name"], dict(node["labels"] or {}), ts, [], [])
-        return by_ts[ts]
 
-    gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_METRICS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model]
+def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) -> list[NodeInstant]:
+    ids = list(ranges)
+    lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
+    nodes = {row.id: row for row in conn.execute(select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.labels)
+                                                 .where(NodeT.c.id.in_(ids)))}
+    by_key: dict[tuple[int, float], NodeInstant] = {}
+
+    def instant(node_id: int, ts: float) -> NodeInstant | None:
+        item = by_key.get((node_id, ts))
+        if item is None:
+            first, last = ranges[node_id]
+            if not first <= ts <= last:
+                return None  # inside the chunk's range, outside this node's
+            node = nodes[node_id]
+            item = by_key[(node_id, ts)] = NodeInstant(node.cluster, node.name, dict(node.labels or {}), ts, [], [])
+        return item
+
+    gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_METRICS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
     for row in conn.execute(
         select(*gpu_cols).join(GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi))
-        .where(GpuT.c.node_id == node_id)
-    ).mappings():
-        instant(row["ts"]).gpu_rows.append(base | dict(row))
-    nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port]
+        .where(GpuT.c.node_id.in_(ids))
+    ):
+        item = instant(row[-1], row[0])
+        if item is not None:
+            item.gpu_rows.append(dict(zip(_GPU_KEYS, row), cluster=item.cluster, node=item.node))
+    nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
     for row in conn.execute(
         select(*nic_cols).join(NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi))
-        .where(NicT.c.node_id == node_id)
-    ).mappings():
-        instant(row["ts"]).nic_rows.append(base | dict(row))
+        .where(NicT.c.node_id.in_(ids))
+    ):
+        item = instant(row[-1], row[0])
+        if item is not None:
+            item.nic_rows.append(dict(zip(_NIC_KEYS, row), cluster=item.cluster, node=item.node))
     # An XID is stamped when it happened, up to one sampling interval before the sample that
     # carried it; the detector attaches each to the first sample of its GPU at or after it.
-    xids: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for row in conn.execute(
-        select(XidT.c.xid, XidT.c.ts, GpuT.c.uuid).join(GpuT, GpuT.c.id == XidT.c.gpu_id)
-        .where(GpuT.c.node_id == node_id, XidT.c.ts > lo - XID_LOOKBACK_S, XidT.c.ts <= hi)
-    ).mappings():
-        xids[row["uuid"]].append((row["xid"], row["ts"]))
-    for item in by_ts.values():
+    xids: dict[int, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for xid, ts, uuid, node_id in conn.execute(
+        select(XidT.c.xid, XidT.c.ts, GpuT.c.uuid, GpuT.c.node_id).join(GpuT, GpuT.c.id == XidT.c.gpu_id)
+        .where(GpuT.c.node_id.in_(ids), XidT.c.ts > lo - XID_LOOKBACK_S, XidT.c.ts <= hi)
+    ):
+        if ranges[node_id][0] - XID_LOOKBACK_S < ts <= ranges[node_id][1]:
+            xids[node_id][uuid].append((xid, ts))
+    for (node_id, _), item in by_key.items():
         item.gpu_rows.sort(key=lambda r: r["index"])
-        item.xids = xids
-    return [by_ts[ts] for ts in sorted(by_ts)]
+        item.nic_rows.sort(key=lambda r: (r["device"], r["port"]))
+        item.xids = xids.get(node_id, {})
+    return list(by_key.values())
