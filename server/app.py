@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from server import __version__, memory
+from server import __version__, interpreter, memory
 from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
@@ -120,6 +120,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
+    interpreter.set_switch_interval(settings.gil_switch_interval_s)
+    interpreter.freeze_once()
     try:
         yield
     finally:

@@ -22,7 +22,7 @@ import msgspec
 from pydantic.fields import FieldInfo
 from typing_extensions import NotRequired, TypedDict, is_typeddict
 
-from server.protocol import DEFAULT_CLUSTER, PRINTABLE, Batch
+from server.protocol import DEFAULT_CLUSTER, PRINTABLE, Batch, SampleIn
 
 # Absent keys that mean something other than null ([] and {} come from the key's type).
 STRUCT_DEFAULTS: dict[str, Any] = {"lost": False, "cluster": DEFAULT_CLUSTER}
@@ -45,8 +45,8 @@ class UntranslatableConstraint(TypeError):
 def derive(tp: Any, _done: dict[type, type] | None = None, *, structs: bool = False, holds: frozenset[str] = frozenset()) -> Any:
     """The msgspec equivalent of a protocol type: TypedDicts stay dicts, or with structs=True
     become msgspec Structs (attribute access, absent keys at their defaults, never tracked by
-    the cyclic GC), except those whose every key is optional, which are stored whole as JSON.
-    `holds`: patterns the caller knows every string of the input to match, left unchecked."""
+    the cyclic GC) and lists tuples, except TypedDicts whose every key is optional, which are
+    stored whole as JSON. `holds`: patterns the caller knows every string of the input to match, left unchecked."""
     done = {} if _done is None else _done
     again = functools.partial(derive, _done=done, structs=structs, holds=holds)
     origin = typing.get_origin(tp)
@@ -56,7 +56,10 @@ def derive(tp: Any, _done: dict[type, type] | None = None, *, structs: bool = Fa
     if origin in (Union, types.UnionType):
         return Union[tuple(again(a) for a in typing.get_args(tp))]
     if origin is list:
-        return list[again(typing.get_args(tp)[0])]
+        item = again(typing.get_args(tp)[0])
+        # As structs, arrays are tuples: an empty one is a shared constant, not one more object
+        # for the cyclic GC to walk (64,000 empty `xids` lists in the largest body: issue #12).
+        return tuple[item, ...] if structs else list[item]
     if origin is dict:
         key, value = typing.get_args(tp)
         return dict[again(key), again(value)]
@@ -109,6 +112,8 @@ def _default(name: str, derived: Any) -> Any:
     origin = typing.get_origin(derived)
     if origin is Annotated:
         origin = typing.get_origin(typing.get_args(derived)[0])
+    if origin is tuple:
+        return ()
     if origin in (list, dict):
         return msgspec.field(default_factory=origin)
     return None
@@ -175,8 +180,48 @@ def _has_unhandled_options(info: FieldInfo) -> bool:
     return any(getattr(info, name, None) is not None for name in ("alias", "validation_alias"))
 
 
+class BatchStructDecoder:
+    """Decodes a Batch into structs, whole or piecewise: the envelope first (each sample kept as
+    raw JSON), then each sample on its own, into the same structs. One call into msgspec holds
+    the GIL throughout: for the largest body the limits allow ~0.1 s in which no other request
+    of the process moves (issue #12); piecewise, the longest call is one sample's."""
+
+    def __init__(self, holds: frozenset[str] = frozenset()):
+        done: dict = {}
+        self.batch = derive(Batch, done, structs=True, holds=holds)
+        self.whole = msgspec.json.Decoder(self.batch)
+        self.sample = msgspec.json.Decoder(derive(SampleIn, done, structs=True, holds=holds))
+        self.envelope = msgspec.json.Decoder(_with_raw_samples(self.batch))
+        self._names = tuple(f.name for f in msgspec.structs.fields(self.batch) if f.name != "samples")
+
+    def decode(self, body: bytes) -> Any:
+        return self.whole.decode(body)
+
+    def decode_piecewise(self, body: bytes) -> Any:
+        envelope = self.envelope.decode(body)
+        samples = tuple([self.sample.decode(raw) for raw in envelope.samples])
+        return self.batch(**{name: getattr(envelope, name) for name in self._names}, samples=samples)
+
+
+def _with_raw_samples(batch: type) -> type:
+    """The Batch struct with `samples` raw JSON (msgspec.Raw), under the same length limit."""
+    fields: list[tuple] = []
+    for f in msgspec.structs.fields(batch):
+        tp = f.type
+        if f.name == "samples":
+            _, meta = typing.get_args(tp)
+            tp = Annotated[tuple[msgspec.Raw, ...], meta]
+        if f.required:
+            fields.append((f.name, tp))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, tp, f.default))
+    return msgspec.defstruct("BatchEnvelope", fields, kw_only=True, gc=False)
+
+
 BATCH_DECODER = msgspec.json.Decoder(derive(Batch))  # plain dicts, as pydantic builds them
-BATCH_STRUCT_DECODER = msgspec.json.Decoder(derive(Batch, structs=True))  # what ingest uses
+BATCH_STRUCT_DECODER = BatchStructDecoder()  # what ingest uses
 # For a body that cannot hold a control character (server/ingest.py): the same, without
 # checking every string for one, which took decoding from ~130 to ~300 µs per typical body.
-PRINTABLE_BATCH_STRUCT_DECODER = msgspec.json.Decoder(derive(Batch, structs=True, holds=frozenset({PRINTABLE})))
+PRINTABLE_BATCH_STRUCT_DECODER = BatchStructDecoder(holds=frozenset({PRINTABLE}))

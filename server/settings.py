@@ -37,6 +37,11 @@ class Settings(BaseSettings):
                                 "connection. 16 MiB in 30 s needs 0.6 MB/s.",
     )
 
+    gil_switch_interval_s: float = Field(
+        0.0005, ge=0, description="CPython's GIL switch interval in the collector (sys.setswitchinterval; 0: Python's 5 ms). "
+                                  "Shorter lets a small push through sooner while a large batch or the detector is busy "
+                                  "(server/interpreter.py).",
+    )
     memory_trim_interval_s: float = Field(
         5.0, description="How often the collector hands freed heap memory back to the system (glibc malloc_trim; 0: never).",
     )

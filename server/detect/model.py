@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 Severity = Literal["warning", "critical"]
 
 # NVML clock-event reason bits (nvmlClocksEventReason*).
@@ -39,8 +41,10 @@ def reason_names(bits: int | None) -> list[str]:
     return [name for bit, name in REASON_NAMES.items() if bits & bit]
 
 
-@dataclass(slots=True)
-class GpuObs:
+# Observations are msgspec Structs with gc=False: they hold no containers, so they can never be
+# part of a cycle, and the cyclic GC need not walk the hundreds of thousands held in windows
+# (each of its full collections stood every request of the process still: issue #12).
+class GpuObs(msgspec.Struct, gc=False):
     """One GPU at one sample instant. Rates are per second over the previous sample of the
     same GPU (None for the first sample, after a counter reset, or when unreadable)."""
 
@@ -90,8 +94,7 @@ class GpuObs:
         return self.sm_clock_mhz / self.sm_clock_max_mhz
 
 
-@dataclass(slots=True)
-class NicObs:
+class NicObs(msgspec.Struct, gc=False):
     """One IB/RoCE port at one sample instant; rates per second over the previous sample."""
 
     ts: float
