@@ -9,7 +9,7 @@ import signal
 import sys
 
 from server import cli_ack, cli_hints, cli_stragglers, cli_tokens
-from server.settings import Settings
+from server.settings import Settings, settings_from_flags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,20 +64,13 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="SQLAlchemy URL (LAGGARD_DATABASE_URL, default sqlite:///laggard.db)")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    # Flags win over LAGGARD_* variables, which win over defaults.
-    keys = ("database_url", "host", "port", "workers", "tls_cert_file", "tls_key_file", "insecure")
-    overrides = {k: v for k in keys if (v := getattr(args, k, None)) is not None}
-    return Settings(**overrides)
-
-
 def _run_server(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
     from server.serve import KEEP_ALIVE_S
 
-    settings = _settings(args)
+    settings = settings_from_flags(args)
     common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10,
               "timeout_keep_alive": KEEP_ALIVE_S, **_tls(settings)}
     if settings.workers <= 1:
@@ -193,7 +186,7 @@ def _run_migrate(args: argparse.Namespace) -> int:
     from server.store import migrate
     from server.store.engine import make_engine
 
-    settings = _settings(args)
+    settings = settings_from_flags(args)
     engine = make_engine(settings.database_url)
     migrate.upgrade(engine)
     print(f"schema at revision {migrate.current_revision(engine)} ({_redact(settings.database_url)})")

@@ -38,11 +38,11 @@ def add_parser(sub, database_flag) -> None:
 
 
 def _engine(args: argparse.Namespace):
-    from server.cli import _settings
+    from server.settings import settings_from_flags
     from server.store import migrate
     from server.store.engine import make_engine
 
-    engine = make_engine(_settings(args).database_url)
+    engine = make_engine(settings_from_flags(args).database_url)
     migrate.upgrade(engine)
     return engine
 

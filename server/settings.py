@@ -115,3 +115,14 @@ class Settings(BaseSettings):
         if self.ingest_writer_threads > 0:
             return self.ingest_writer_threads
         return 1 if self.is_sqlite else 4
+
+
+# `laggard` flags that name a setting (server/cli.py).
+FLAG_SETTINGS = ("database_url", "host", "port", "workers", "tls_cert_file", "tls_key_file", "insecure")
+
+
+def settings_from_flags(flags: object) -> Settings:
+    """Settings with the command line's flags (an argparse namespace) over LAGGARD_* variables,
+    which win over defaults."""
+    overrides = {k: v for k in FLAG_SETTINGS if (v := getattr(flags, k, None)) is not None}
+    return Settings(**overrides)
