@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -58,11 +60,17 @@ def main() -> int:
     p.add_argument("--heavy-threads", type=int, default=4)
     p.add_argument("--parts", default="heavy,garbage,names,slow", help="which parts of the hostile load to run")
     p.add_argument("--max-rss-mb", type=float, default=400.0)
+    p.add_argument("--same-process", action="store_true",
+                   help="run the hostile load on threads of this process, beside the fleet's (as before 2026-12-05): "
+                        "the fleet's timings then include waiting for this process's own GIL")
     p.add_argument("--collector-env", action="append", default=[], metavar="NAME=VALUE", help="extra environment of the collector")
     p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--keep-log", default=None, metavar="PATH", help="copy the collector's log here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         result = run(args, f"sqlite:///{tmp}/hostile.db", Path(tmp))
+        if args.keep_log:
+            shutil.copyfile(Path(tmp) / "collector.log", args.keep_log)
     print(json.dumps(result["summary"], indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -116,10 +124,46 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict:
 def _phase(args, base: str, tokens: dict[str, str], port: int, *, hostile: bool, t0: float, seconds: float | None = None) -> dict:
     stop = threading.Event()
     fleet: list[tuple[float, int]] = []  # (seconds, status) of every push of the fleet
-    answers: dict[str, Counter] = {k: Counter() for k in ("heavy", "garbage", "names", "slow")}
     threads = [threading.Thread(target=_agent, args=(base, tokens["fleet"], i, args.interval, stop, fleet), daemon=True)
                for i in range(args.nodes)]
     parts = set(args.parts.split(",")) if hostile else set()
+    seconds = args.duration if seconds is None else seconds
+    answers: dict[str, Counter] = {}
+    offender = None
+    if parts and args.same_process:
+        answers, hostile_threads = _hostile_threads(args, base, tokens, port, parts, stop)
+        threads += hostile_threads
+    elif parts:
+        # The offenders are other machines: their work must not stall the fleet's own client
+        # threads on this process's GIL, or the fleet's timings measure this script.
+        spawn = multiprocessing.get_context("spawn")
+        ready, results = spawn.Event(), spawn.Queue()
+        offender = spawn.Process(target=_hostile_process, args=(args, base, tokens, port, sorted(parts), seconds, ready, results),
+                                 daemon=True)
+        offender.start()
+        ready.wait(120)  # its bodies built, as the threads' are before a phase in one process
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    if offender is not None:
+        answers = results.get(timeout=120)
+        offender.join(60)
+    ms = sorted(s * 1000 for s, _ in fleet)
+    acked = sum(1 for _, st in fleet if st == 200)
+    figures = {"t_start_s": round(t0, 1), "pushes": len(fleet), "acked": acked, "acked_per_s": round(acked / args.duration, 1),
+               "non_200": dict(Counter(st for _, st in fleet if st != 200)),
+               "p50_ms": round(_pct(ms, 0.5), 1) if ms else None, "p99_ms": round(_pct(ms, 0.99), 1) if ms else None,
+               "max_ms": round(ms[-1], 1) if ms else None}
+    return {"fleet": figures, "hostile": {k: dict(v) for k, v in answers.items() if v}}
+
+
+def _hostile_threads(args, base: str, tokens: dict[str, str], port: int, parts: set[str],
+                     stop: threading.Event) -> tuple[dict[str, Counter], list[threading.Thread]]:
+    answers: dict[str, Counter] = {k: Counter() for k in ("heavy", "garbage", "names", "slow")}
+    threads = []
     if "heavy" in parts:
         heavy_bodies = [_heavy_body(k) for k in range(4)]
         threads += [threading.Thread(target=_heavy, args=(base, tokens["heavy"], heavy_bodies, stop, answers["heavy"]), daemon=True)
@@ -130,19 +174,21 @@ def _phase(args, base: str, tokens: dict[str, str], port: int, *, hostile: bool,
         threads.append(threading.Thread(target=_new_names, args=(base, tokens["names"], stop, answers["names"]), daemon=True))
     if "slow" in parts:
         threads += [threading.Thread(target=_slow_body, args=(port, tokens["slow"], stop, answers["slow"]), daemon=True) for _ in range(4)]
+    return answers, threads
+
+
+def _hostile_process(args, base: str, tokens: dict[str, str], port: int, parts: list[str], seconds: float, ready, results) -> None:
+    """The hostile load for `seconds`, in a process of its own; its answers go to `results`."""
+    stop = threading.Event()
+    answers, threads = _hostile_threads(args, base, tokens, port, set(parts), stop)
+    ready.set()
     for t in threads:
         t.start()
-    time.sleep(args.duration if seconds is None else seconds)
+    time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join(60)
-    ms = sorted(s * 1000 for s, _ in fleet)
-    acked = sum(1 for _, st in fleet if st == 200)
-    figures = {"t_start_s": round(t0, 1), "pushes": len(fleet), "acked": acked, "acked_per_s": round(acked / args.duration, 1),
-               "non_200": dict(Counter(st for _, st in fleet if st != 200)),
-               "p50_ms": round(_pct(ms, 0.5), 1) if ms else None, "p99_ms": round(_pct(ms, 0.99), 1) if ms else None,
-               "max_ms": round(ms[-1], 1) if ms else None}
-    return {"fleet": figures, "hostile": {k: dict(v) for k, v in answers.items() if v}}
+    results.put(answers)
 
 
 def _agent(base: str, token: str, i: int, interval: float, stop: threading.Event, out: list) -> None:

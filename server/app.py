@@ -100,7 +100,7 @@ def create_app_from_env() -> FastAPI:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     routes = alerts_runtime.routing(settings)  # a bad routes file fails the start, before anything runs
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, sqlite_mmap_mb=settings.sqlite_mmap_mb)
     if settings.migrate_on_start:
         migrate.upgrade(engine)
     writer = _ingest_writer(settings, engine)

@@ -9,6 +9,7 @@ from server.admission_settings import IngestLimits
 from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
 from server.metrics.settings import MetricsSettings
+from server.store.engine import SQLITE_MMAP_MB
 from server.hints.settings import HintSettings
 
 MIB = 1024 * 1024
@@ -46,6 +47,11 @@ class Settings(BaseSettings):
         5.0, description="How often the collector hands freed heap memory back to the system (glibc malloc_trim; 0: never).",
     )
 
+    sqlite_mmap_mb: int = Field(
+        SQLITE_MMAP_MB, ge=0, description="How much of the SQLite database file is read through a memory map (PRAGMA mmap_size; 0: none). "
+                                          "Mapped pages count in the collector's RSS once read.",
+    )
+
     retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
 
@@ -65,8 +71,8 @@ class Settings(BaseSettings):
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
     ingest_slice_rows: int = Field(
-        2048, description="A batch of more rows is committed in slices of about this many, between other tokens' batches; "
-                          "a transaction holds about two slices' worth at most.",
+        512, description="A batch of more rows is committed in slices of about this many, between other tokens' batches; "
+                          "a transaction holds about two slices' worth at most (a new node, GPU or port counts as 32 rows).",
     )
     # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).
     ingest_writer_socket: str | None = Field(None, description="Unix socket of the shared writer process; none: write in-process.")

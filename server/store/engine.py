@@ -10,14 +10,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
 
 
-def make_engine(database_url: str) -> Engine:
+SQLITE_MMAP_MB = 256
+
+
+def make_engine(database_url: str, *, sqlite_mmap_mb: int = SQLITE_MMAP_MB) -> Engine:
     if database_url.startswith("sqlite"):
         # The ingest path binds raw tuples with Python bools in them (`lost`, ...). SQLite
         # stores a bool as 0/1 either way, but with no adapter registered sqlite3 searches for
         # one (registry, __adapt__, __conform__) on every bool: ~0.5 µs each, 160 per body.
         sqlite3.register_adapter(bool, int)
         engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", lambda dbapi_connection, _record: _sqlite_pragmas(dbapi_connection, sqlite_mmap_mb))
         return engine
     # A database that is down must mean a quick 503 (the agents spool and retry), not requests
     # hanging on a connect or on a pool slot; keepalives notice a peer that vanished.
@@ -34,15 +37,16 @@ def _postgres_connect_args(database_url: str) -> dict[str, int]:
     return {k: v for k, v in _POSTGRES_DEFAULTS.items() if k not in given}
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def _sqlite_pragmas(dbapi_connection, mmap_mb: int) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     # With several worker processes each one's page cache is dropped whenever another has
-    # written; mapped pages are re-read without a system call and a copy each.
-    cursor.execute("PRAGMA mmap_size=268435456")
+    # written; mapped pages are re-read without a system call and a copy each. Mapped pages
+    # count in the process's RSS (settings.sqlite_mmap_mb).
+    cursor.execute(f"PRAGMA mmap_size={int(mmap_mb) * 1024 * 1024}")
     cursor.close()
 
 

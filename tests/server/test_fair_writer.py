@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from server.ingest import decode_rows
 from server.store import migrate, schema
@@ -51,8 +51,8 @@ def test_fair_queue(steps, expected):
     assert got == expected
 
 
-def _unresolved(samples: int, gpus: int, node: str = "n1"):
-    raw = json.dumps(batch(node=node, samples=samples, gpus=gpus)).encode()
+def _unresolved(samples: int, gpus: int, node: str = "n1", ts: float | None = None):
+    raw = json.dumps(batch(node=node, samples=samples, gpus=gpus, ts=ts)).encode()
     return decode_rows(raw, gzipped=False, limit=1 << 24, now=time.time(), max_future_skew_s=300)
 
 
@@ -90,4 +90,30 @@ def test_a_small_push_is_committed_between_the_slices_of_a_large_one(database_ur
     assert order == ["light", "heavy"]
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.GpuSample)).scalar() == 100 * 64 + 2
+    engine.dispose()
+
+
+def test_registering_new_names_counts_in_the_size_of_a_group(database_url):
+    """Thirty new node names in one transaction held the writer for 190 ms: a batch that
+    registers its node, GPUs and ports weighs more than its rows; once known, only its rows."""
+    engine = make_engine(database_url)
+    migrate.upgrade(engine)
+    commits: list[int] = []
+    event.listen(engine, "commit", lambda _conn: commits.append(1))
+    ids, transactions = None, []
+    for ts in (time.time() - 60, time.time() - 30):
+        # 3 rows each (2 GPUs, 1 port): 30 rows fit in a group of 2 x 64, but not 10 x 4 new names.
+        batches = [_unresolved(1, 2, node=f"new-{i}", ts=ts) for i in range(10)]
+        writer = IngestWriter(engine, slice_rows=64)
+        writer.ids = ids or writer.ids  # the second round knows the names the first registered
+        done = [writer.submit(lambda b=b: b, f"token-{i}") for i, b in enumerate(batches)]
+        before = len(commits)
+        writer.start()
+        try:
+            assert [d.result(60) for d in done] == [1] * 10
+        finally:
+            writer.stop()
+        transactions.append(len(commits) - before)
+        ids = writer.ids
+    assert transactions == [10, 1]
     engine.dispose()
