@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bodies import gpu_record, nic_record  # noqa: E402
 from server.detect.engine import Detector, NodeInstant  # noqa: E402
 from server.detect.settings import DetectionSettings  # noqa: E402
+from server.store.engine import SQLITE_MMAP_MB  # noqa: E402
 
 CLUSTER = "bench"
 HOT_EVERY = 997  # one GPU in ~1,000 runs hot (clocks down, HW thermal slowdown)
@@ -43,10 +44,12 @@ def main() -> int:
     p.add_argument("--warm", type=int, default=120, help="instants replayed first (120 fills every window, as in steady state)")
     p.add_argument("--service", action="store_true", help="read each window back from a database, as the service does")
     p.add_argument("--database-url", help="with --service: this database (default: a fresh SQLite file)")
+    p.add_argument("--sqlite-mmap-mb", type=int, default=SQLITE_MMAP_MB, help="with --service on SQLite: LAGGARD_SQLITE_MMAP_MB")
     args = p.parse_args()
     for gpus in args.gpus or [10_000, 100_000]:
         if args.service:
-            run_service(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm, url=args.database_url)
+            run_service(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm, url=args.database_url,
+                        mmap_mb=args.sqlite_mmap_mb)
         else:
             run(gpus, instants=args.instants, interval=args.interval, nics=args.nics, warm=args.warm)
     return 0
@@ -118,7 +121,7 @@ def run(gpus: int, *, instants: int, interval: float, nics: int, warm: int) -> N
           f"peak RSS {peak / 2**20:,.0f} MiB (the whole process, input instants included); {changes} episode changes")
 
 
-def run_service(gpus: int, *, instants: int, interval: float, nics: int, warm: int, url: str | None) -> None:
+def run_service(gpus: int, *, instants: int, interval: float, nics: int, warm: int, url: str | None, mmap_mb: int = SQLITE_MMAP_MB) -> None:
     from bench.scale_store import FleetWriter, database
     from server.detect.source import LogCursor, load_instants, take_clusters
 
@@ -126,7 +129,7 @@ def run_service(gpus: int, *, instants: int, interval: float, nics: int, warm: i
     fleet = FleetRows(nodes, nics, random.Random(7))
     detector = Detector(DetectionSettings(open_after_s=0))
     t0 = 1_800_000_000.0
-    with database(url) as engine:
+    with database(url, sqlite_mmap_mb=mmap_mb) as engine:
         writer = FleetWriter(engine)
         for step in range(warm):
             items = fleet.instant(step, t0 + step * interval)

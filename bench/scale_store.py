@@ -19,17 +19,17 @@ from sqlalchemy import Engine, insert
 from server.detect.engine import NodeInstant
 from server.protocol import GPU_METRICS, NIC_METRICS
 from server.store import migrate, schema
-from server.store.engine import make_engine
+from server.store.engine import SQLITE_MMAP_MB, make_engine
 
 NodeT, GpuT, NicT = schema.Node.__table__, schema.Gpu.__table__, schema.Nic.__table__
 GpuSampleT, NicSampleT, LogT = schema.GpuSample.__table__, schema.NicSample.__table__, schema.IngestLog.__table__
 
 
 @contextmanager
-def database(url: str | None) -> Iterator[Engine]:
+def database(url: str | None, *, sqlite_mmap_mb: int = SQLITE_MMAP_MB) -> Iterator[Engine]:
     """A migrated database: the given URL, or a fresh SQLite file."""
     with TemporaryDirectory() as tmp:
-        engine = make_engine(url or f"sqlite:///{Path(tmp) / 'scale.db'}")
+        engine = make_engine(url or f"sqlite:///{Path(tmp) / 'scale.db'}", sqlite_mmap_mb=sqlite_mmap_mb)
         migrate.upgrade(engine)
         try:
             yield engine
