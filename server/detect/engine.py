@@ -143,6 +143,26 @@ class Detector:
             node.pending[item.ts] = item
             cluster.waiting.add(item.node)
 
+    def drop_if_late(self, cluster: str, node: str, min_ts: float, max_ts: float, samples: int) -> bool:
+        """What add() would do with every instant of a stored batch that is wholly late
+        (counted, not judged), done before its rows are read; False if any of it may be judged.
+        A batch replayed hours late, or a spool beyond the lateness allowance, is then never
+        read back at all (a 64,000-sample batch was ~100 MB of rows to drop)."""
+        state = self.clusters.get(cluster)
+        if state is None:
+            return False
+        known = state.nodes.get(node)  # None: new, or forgotten after a silence (_forget_silent)
+        judged = known.judged_until if known is not None else NEVER
+        horizon = state.max_ts - self.cfg.lateness_s  # this cycle's samples only move it later
+        if not (max_ts <= judged or max_ts < horizon):
+            return False
+        if known is not None:
+            known.latest_ts = max(known.latest_ts, max_ts)
+        self.late_samples += samples
+        count, worst = self._late.get((cluster, node), (0, 0.0))
+        self._late[(cluster, node)] = (count + samples, max(worst, max(judged, horizon) - min_ts))
+        return True
+
     def _count_late(self, item: NodeInstant, behind: float) -> None:
         self.late_samples += 1
         count, worst = self._late.get((item.cluster, item.node), (0, 0.0))

@@ -66,7 +66,7 @@ class DetectionService:
             return 0
         with self.engine.connect() as conn:
             entries = take_clusters(conn, {cluster: shard.cursor for cluster, shard in self.shards.items()})
-            instants = {cluster: load_instants(conn, found) for cluster, found in entries.items() if found}
+            instants = {cluster: load_instants(conn, self._to_read(cluster, found)) for cluster, found in entries.items() if found}
         cycle = []
         for cluster, shard in self.shards.items():
             for item in instants.get(cluster, ()):
@@ -105,6 +105,11 @@ class DetectionService:
         self.cycles += 1
         self.last_cycle_at = time.time()
         return stored
+
+    def _to_read(self, cluster: str, entries: list[dict]) -> list[dict]:
+        """The entries whose rows the detector may judge; the wholly late ones are counted only."""
+        detector = self.shards[cluster].detector
+        return [e for e in entries if not detector.drop_if_late(cluster, e["node"], e["min_ts"], e["max_ts"], e["samples"])]
 
     def _sync_clusters(self) -> None:
         """Clusters come from the nodes table; which of them are judged here, from the leases

@@ -70,7 +70,7 @@ def take_clusters(conn: Connection, cursors: dict[str, LogCursor], *, limit: int
     for cluster, cursor in cursors.items():
         at[cursor.low_water].append(cluster)
     for low, clusters in at.items():
-        rows = conn.execute(select(LogT, NodeT.c.cluster).join(NodeT, NodeT.c.id == LogT.c.node_id)
+        rows = conn.execute(select(LogT, NodeT.c.cluster, NodeT.c.name.label("node")).join(NodeT, NodeT.c.id == LogT.c.node_id)
                             .where(LogT.c.id > low).order_by(LogT.c.id).limit(limit)).mappings().all()
         for cluster in clusters:
             out[cluster] = [e for e in cursors[cluster].feed(rows) if e["cluster"] == cluster]

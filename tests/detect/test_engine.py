@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from server.detect.engine import Detector, NodeInstant
 from server.detect.model import Finding
 from server.detect.persistence import Opened, Resolved
@@ -180,6 +182,41 @@ def test_a_lost_gpu_that_returns_resolves():
     assert lost == ["Opened", "Resolved"]
     resolved = [c for c in changes if isinstance(c.change, Resolved)][0]
     assert resolved.change.resolved_at == 120.0
+
+
+# A stored batch, as the ingest log names it: (node, first, last instant). n0 and n1 were
+# judged up to 990; n2 up to 300, then silent, and forgotten; lateness 600: the horizon is 390.
+DROP_IF_LATE_CASES = {
+    "already judged": (("n0", 120, 150), True),
+    "partly judged": (("n0", 980, 1010), False),
+    "a silent node, beyond the lateness allowance": (("n2", 310, 380), True),
+    "a silent node, partly within the allowance": (("n2", 350, 420), False),
+    "a new node, beyond the allowance": (("n3", 200, 230), True),
+    "a new node, within the allowance": (("n3", 980, 1000), False),
+}
+
+
+@pytest.mark.parametrize("entry, dropped", DROP_IF_LATE_CASES.values(), ids=DROP_IF_LATE_CASES.keys())
+def test_a_wholly_late_batch_is_counted_without_being_read(entry, dropped):
+    """drop_if_late (before the rows are read) leaves the detector as add() of every instant would."""
+    node, first, last = entry
+    batch = [i for i in fleet(range(first, last + 10, 10), nodes=4) if i.node == node]
+    before = fleet(range(100, 310, 10), nodes=3) + fleet(range(310, 1000, 10), nodes=2)
+    by_rows, by_entry = (Detector(DetectionSettings(lateness_s=600), gpu_rules=[slow_clock], nic_rules=[]) for _ in range(2))
+    for det in (by_rows, by_entry):
+        for item in before:
+            det.add(item)
+        det.advance()
+    for item in batch:
+        by_rows.add(item)
+    assert by_entry.drop_if_late("c", node, first, last, len(batch)) is dropped
+    if not dropped:
+        for item in batch:
+            by_entry.add(item)
+    assert by_entry.drain_late() == by_rows.drain_late()
+    assert by_entry.late_samples == by_rows.late_samples
+    assert by_entry.advance() == by_rows.advance()
+    assert by_entry.judged_until() == by_rows.judged_until()
 
 
 def test_samples_already_judged_or_beyond_the_lateness_allowance_are_counted_per_node():

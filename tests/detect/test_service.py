@@ -196,3 +196,35 @@ def test_a_backlog_read_in_one_cycle_is_judged_whatever_the_order_of_its_nodes(d
         assert [(n, g, c, o) for n, g, c, o in found] == [("n2", 3, "thermal", T0 + 30)]
     finally:
         engine.dispose()
+
+
+def test_a_batch_wholly_behind_the_lateness_allowance_is_counted_but_never_read(database_url, monkeypatch):
+    # A spool replayed hours late, or a hostile agent pushing old 64,000-sample batches: the
+    # detector would drop every instant as late, so it must not read their rows back at all.
+    from sqlalchemy import create_engine
+
+    from server.detect import service as service_module
+    from server.detect.service import DetectionService
+
+    read: list[str] = []
+    real = service_module.load_instants
+    monkeypatch.setattr(service_module, "load_instants", lambda conn, entries: read.extend(e["node"] for e in entries) or real(conn, entries))
+    cfg = DetectionSettings(lateness_s=20)
+    server = start_in_thread(create_app(Settings(database_url=database_url, detection_enabled=False, detection=cfg)))
+    engine = create_engine(database_url)
+    try:
+        push_instants(server.url, 600, 606, hot=False)
+        service = DetectionService(engine, cfg)
+        service.run_once()
+        assert sorted(set(read)) == ["n1", "n2"]
+        read.clear()
+        old = [body("n3", T0 + i)["samples"][0] for i in range(5)]  # n3 new, ten minutes behind
+        push(server.url, {**body("n3", T0), "samples": old})
+        push(server.url, body("n1", T0 + 601))  # n1 resends an instant already judged
+        push_instants(server.url, 606, 607, hot=False)
+        service.run_once()
+        assert read == ["n1", "n2"]  # the new instant of each; nothing of n3, nor n1's resend
+        assert [shard.detector.late_samples for shard in service.shards.values()] == [6]
+    finally:
+        server.stop()
+        engine.dispose()
