@@ -142,12 +142,7 @@ def _phase(args, base: str, tokens: dict[str, str], port: int, *, hostile: bool,
                                  daemon=True)
         offender.start()
         ready.wait(120)  # its bodies built, as the threads' are before a phase in one process
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(60)
+    _run_for(threads, seconds, stop)
     if offender is not None:
         answers = results.get(timeout=120)
         offender.join(60)
@@ -182,13 +177,17 @@ def _hostile_process(args, base: str, tokens: dict[str, str], port: int, parts: 
     stop = threading.Event()
     answers, threads = _hostile_threads(args, base, tokens, port, set(parts), stop)
     ready.set()
+    _run_for(threads, seconds, stop)
+    results.put(answers)
+
+
+def _run_for(threads: list[threading.Thread], seconds: float, stop: threading.Event) -> None:
     for t in threads:
         t.start()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join(60)
-    results.put(answers)
 
 
 def _agent(base: str, token: str, i: int, interval: float, stop: threading.Event, out: list) -> None:
