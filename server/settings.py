@@ -9,8 +9,8 @@ from server.admission_settings import IngestLimits
 from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
 from server.metrics.settings import MetricsSettings
-from server.store.engine import SQLITE_MMAP_MB
 from server.hints.settings import HintSettings
+from server.store.engine import SQLITE_MMAP_MB
 
 MIB = 1024 * 1024
 

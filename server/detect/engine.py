@@ -136,7 +136,7 @@ class Detector:
         if item.ts <= node.judged_until or item.ts < horizon:
             # Already judged, out of its node's order, or beyond the lateness allowance:
             # stored and served by the API, but not judged.
-            self._count_late(item, max(node.judged_until, horizon) - item.ts)
+            self._count_late(item.cluster, item.node, 1, max(node.judged_until, horizon) - item.ts)
             return
         known = node.pending.get(item.ts)
         if known is None or len(item.gpu_rows) + len(item.nic_rows) >= len(known.gpu_rows) + len(known.nic_rows):
@@ -147,7 +147,7 @@ class Detector:
         """What add() would do with every instant of a stored batch that is wholly late
         (counted, not judged), done before its rows are read; False if any of it may be judged.
         A batch replayed hours late, or a spool beyond the lateness allowance, is then never
-        read back at all (a 64,000-sample batch was ~100 MB of rows to drop)."""
+        read back at all (a 64,000-sample batch was 60 MiB and 3 s of CPU to drop)."""
         state = self.clusters.get(cluster)
         if state is None:
             return False
@@ -158,15 +158,13 @@ class Detector:
             return False
         if known is not None:
             known.latest_ts = max(known.latest_ts, max_ts)
-        self.late_samples += samples
-        count, worst = self._late.get((cluster, node), (0, 0.0))
-        self._late[(cluster, node)] = (count + samples, max(worst, max(judged, horizon) - min_ts))
+        self._count_late(cluster, node, samples, max(judged, horizon) - min_ts)
         return True
 
-    def _count_late(self, item: NodeInstant, behind: float) -> None:
-        self.late_samples += 1
-        count, worst = self._late.get((item.cluster, item.node), (0, 0.0))
-        self._late[(item.cluster, item.node)] = (count + 1, max(worst, behind))
+    def _count_late(self, cluster: str, node: str, samples: int, behind: float) -> None:
+        self.late_samples += samples
+        count, worst = self._late.get((cluster, node), (0, 0.0))
+        self._late[(cluster, node)] = (count + samples, max(worst, behind))
 
     def drain_late(self) -> dict[tuple[str, str], tuple[int, float]]:
         """Samples stored but not judged, per (cluster, node), since the last call: how many,

@@ -141,6 +141,8 @@ class IngestWriter:
                 break
             if not self._ready(item):
                 continue
+            # Prepared again if it was put back: ids it resolved may have moved meanwhile (a GPU
+            # claimed by another node), and this is the moment it joins a group.
             self._prepare(item)
             cost = _cost_in_rows(item)
             if group and rows + cost > 2 * self.slice_rows:
