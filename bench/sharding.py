@@ -150,7 +150,7 @@ def judge(url: str, replicas: int, clusters: int, last: float) -> tuple[float, l
 
     engine = make_engine(url)
     with engine.begin() as conn:  # judged from the start again
-        for table in ("detector_progress", "episodes", "alert_outbox", "metric_counters"):
+        for table in ("detector_progress", "episodes", "episode_events", "alert_outbox", "metric_counters"):
             conn.execute(text(f"DELETE FROM {table}"))
     ctx = mp.get_context("spawn")
     joined, go, done, cpu = ctx.Semaphore(0), ctx.Event(), ctx.Event(), ctx.Queue()

@@ -117,7 +117,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.detection = detection
     # Alert dispatch and the shared metric counters act where detection leads (issue #5).
     dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
-    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names)
+    # /metrics shows the hints GET /api/v1/hints serves, handed over here: metrics import no hints.
+    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names,
+                                       hints=lambda: hints.hints_cache(app).get(None).doc)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
     interpreter.set_switch_interval(settings.gil_switch_interval_s)

@@ -99,7 +99,7 @@ def _loop(args: argparse.Namespace, once) -> int:
 
 
 def run_k8s_sync(args: argparse.Namespace) -> int:
-    from server import k8s_sync
+    from server.hints import k8s_sync
 
     cfg = _hint_settings()
     api = k8s_sync.make_api(kube_api=args.kube_api, kubeconfig=args.kubeconfig, context=args.context)
@@ -107,7 +107,7 @@ def run_k8s_sync(args: argparse.Namespace) -> int:
 
 
 def run_slurm_sync(args: argparse.Namespace) -> int:
-    from server import slurm_sync
+    from server.hints import slurm_sync
 
     cfg = _hint_settings(scontrol_path=args.scontrol)
     return _loop(args, lambda doc: slurm_sync.sync_once(doc, cfg, apply=args.apply))

@@ -2,7 +2,9 @@
 
 Runs on a thread in the process that leads detection (is_leader), one cycle every poll_s:
 
-1. route: each new outbox row gets one delivery row per receiver its labels route to;
+1. route: each new episode event (server/store/episode_events.py) becomes its alert rows in the
+   outbox (outbox.py), and each new outbox row gets one delivery row per receiver its labels
+   route to;
 2. deliver: a group (one receiver, one cluster, one cause) becomes due group_wait_s after its
    first pending alert was recorded; it is then leased (a row lease in the database, so that a
    second dispatcher, say during a leadership hand-over, cannot send it too) and every pending
@@ -32,10 +34,11 @@ import httpx
 from sqlalchemy import Engine, delete, exists, insert, or_, select, update
 
 from server.alerts import targets
+from server.alerts.outbox import alerts_from_events
 from server.alerts.payload import alert_for_episode, group_key
 from server.alerts.routing import Receiver, Routing
 from server.alerts.settings import AlertSettings
-from server.store import counters, schema
+from server.store import counters, episode_events, schema
 from server.store.write_lock import WriteTurn
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,7 @@ class AlertDispatcher:
 
     def route(self, now: float) -> int:
         with self._turn.held(), self.engine.begin() as conn:
+            alerts_from_events(conn, limit=ROUTE_BATCH)
             rows = conn.execute(
                 select(OutboxT.c.id, OutboxT.c.created_at, OutboxT.c.cluster, OutboxT.c.cause, OutboxT.c.alert)
                 .where(OutboxT.c.routed.is_(False)).order_by(OutboxT.c.id).limit(ROUTE_BATCH)
@@ -223,6 +227,7 @@ class AlertDispatcher:
             conn.execute(delete(DeliveryT).where(DeliveryT.c.state.in_(("sent", "dead")), DeliveryT.c.done_at < cutoff))
             has_delivery = exists().where(DeliveryT.c.outbox_id == OutboxT.c.id)
             conn.execute(delete(OutboxT).where(OutboxT.c.routed.is_(True), OutboxT.c.created_at < cutoff, ~has_delivery))
+            episode_events.prune_alerted(conn, before=cutoff)
 
     def pending(self) -> int:
         with self.engine.connect() as conn:

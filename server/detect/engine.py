@@ -32,11 +32,12 @@ from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window
 from server.detect.namesakes import NamesakeRates
-from server.detect.observe import gpu_obs, nic_group, nic_obs, peer_group
+from server.detect.observe import gpu_obs, nic_obs
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
 from server.detect.screen import Recent, gpu_may_find, nic_may_find
 from server.detect.settings import DetectionSettings
+from server.peer_groups import nic_group, peer_group
 
 # Performance causes are about a busy GPU running slow: an idle instant with nothing found
 # neither confirms nor clears them, so a checkpoint pause does not split one fault into two

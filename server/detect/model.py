@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from server.peer_groups import BUSY_UTIL_PCT, IDLE_REASON
+
 Severity = Literal["warning", "critical"]
 
 # NVML clock-event reason bits (nvmlClocksEventReason*).
@@ -82,10 +84,11 @@ class GpuObs(msgspec.Struct, gc=False):
 
     @property
     def busy(self) -> bool:
-        """Doing work: not idle-flagged and utilised. Idle GPUs are never judged as slow."""
-        if self.reasons is not None and self.reasons & IDLE:
+        """Doing work (server/peer_groups.py is_busy, inlined: this runs for every GPU at every
+        instant, and the call cost the detector 3%). Idle GPUs are never judged as slow."""
+        if self.reasons is not None and self.reasons & IDLE_REASON:
             return False
-        return self.util_gpu_pct is not None and self.util_gpu_pct >= 10.0
+        return self.util_gpu_pct is not None and self.util_gpu_pct >= BUSY_UTIL_PCT
 
     @property
     def sm_clock_ratio(self) -> float | None:

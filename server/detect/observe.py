@@ -16,17 +16,6 @@ _GPU_COUNTERS = (
 _NIC_COUNTERS = ("tx_bytes_total", "rx_bytes_total", "symbol_errors_total", "rcv_errors_total", "link_downed_total", "xmit_wait_total")
 
 
-def peer_group(*, cluster: str, model: str | None, labels: Mapping[str, str]) -> str:
-    """Peers: same cluster, same GPU model, same job (else partition, else the whole cluster)."""
-    scope = labels.get("job") or labels.get("partition") or "*"
-    return f"{cluster}|{model or '?'}|{scope}"
-
-
-def nic_group(*, cluster: str, labels: Mapping[str, str]) -> str:
-    scope = labels.get("job") or labels.get("partition") or "*"
-    return f"{cluster}|nic|{scope}"
-
-
 def _delta(now: Mapping[str, Any], prev: Mapping[str, Any] | None, key: str) -> int | None:
     if prev is None:
         return None

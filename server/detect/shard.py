@@ -15,12 +15,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from server.alerts.outbox import record_episode_change
 from server.detect.engine import NEVER, Detector, EpisodeChange
 from server.detect.persistence import Escalated, Opened, Resolved
 from server.detect.settings import DetectionSettings
 from server.detect.source import LogCursor, load_instants
-from server.store import episodes, schema
+from server.store import episode_events, episodes, schema
 from server.store.detector_state import CURSOR_PREFIX, EPOCH_PREFIX, JUDGED_PREFIX, LEGACY_CURSOR_KEY, NODE_PREFIX
 from server.store.dialect import upsert
 
@@ -95,15 +94,15 @@ class Shard:
                 cause=change.cause, severity=event.finding.severity, onset=event.onset, detected_at=event.detected_at,
                 evidence=_jsonable(event.finding.evidence), summary=event.finding.summary,
             )
-            record_episode_change(conn, episode_id=self.open_ids[key], change="opened")  # alert outbox (issue #5)
+            episode_events.record(conn, episode_id=self.open_ids[key], change="opened")  # read by the outputs
         elif isinstance(event, Escalated) and key in self.open_ids:
             episodes.escalate_episode(conn, episode_id=self.open_ids[key], severity=event.finding.severity,
                                       evidence=_jsonable(event.finding.evidence), summary=event.finding.summary)
-            record_episode_change(conn, episode_id=self.open_ids[key], change="escalated")  # alert outbox (issue #5)
+            episode_events.record(conn, episode_id=self.open_ids[key], change="escalated")
         elif isinstance(event, Resolved) and key in self.open_ids:
             episode_id = self.open_ids.pop(key)
             episodes.resolve_episode(conn, episode_id=episode_id, resolved_at=event.resolved_at)
-            record_episode_change(conn, episode_id=episode_id, change="resolved")  # alert outbox (issue #5)
+            episode_events.record(conn, episode_id=episode_id, change="resolved")
 
     # --- resuming -------------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ from sqlalchemy import Connection, Engine, select, text
 
 from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
 from server import __version__
-from server.detect.observe import peer_group
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
+from server.peer_groups import is_busy, peer_group
 from server.store import counters, schema
 from server.store.detector_state import backlog as backlog_of
 from server.store.detector_state import bucket, holder_names
@@ -38,7 +38,6 @@ NodeT, EpisodeT = schema.Node.__table__, schema.Episode.__table__
 GPU_LABELS = ("cluster", "node", "gpu", "uuid")
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
-IDLE_BIT = 0x1
 
 # The columns a scrape reads (fewer columns, faster at 10,000 GPUs): what DCGM_FIELDS and _derive
 # read, and what Laggard's own per-GPU series need.
@@ -154,21 +153,17 @@ class LaggardCollector:
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "progress": progress,
-            "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(conn, now),
+            "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(),
         }
 
-    def _hints(self, conn: Connection, now: float) -> dict[str, Any] | None:
-        """Issue #4's hints (server/hints): each GPU's capacity and each node's action. Without
-        them (not installed, or failing) both are derived here from the open episodes."""
-        cfg = getattr(self.settings, "hints", None)
-        if cfg is None:
+    def _hints(self) -> dict[str, Any] | None:
+        """The hints document (server/hints, handed in by the app): each GPU's capacity and each
+        node's action. Without it (none handed in, or failing) both are derived here from the
+        open episodes."""
+        if self.hints_source is None:
             return None
         try:
-            from server.hints.service import load_hints
-        except ImportError:
-            return None
-        try:
-            doc = self.hints_source() if self.hints_source is not None else load_hints(conn, cfg, generated_at=now)
+            doc = self.hints_source()
         except Exception:
             if not self._hints_failed:
                 log.exception("hints failed; capacity and node action are derived from episodes instead")
@@ -297,9 +292,9 @@ class LaggardCollector:
                 r = sm / sm_max
                 add_ratio(labels, r)
                 util, reasons = m["util_gpu_pct"], m["clocks_event_reasons"]
-                if util is not None and util >= 10.0 and not (reasons or 0) & IDLE_BIT:
+                if is_busy(util, reasons):
                     members = group_of.get((row[1], model))
-                    if members is None:  # peers: same cluster, model and job (server/detect/observe.py)
+                    if members is None:  # peers: same cluster, model and job, as the detector's
                         members = group_of[(row[1], model)] = groups[peer_group(cluster=cluster, model=model, labels=node[3] or {})]
                     members.append((labels, r))
             if (v := m["nvlink_links_up"]) is not None:

@@ -27,19 +27,12 @@ def install(app: FastAPI) -> None:
     app.state.process_registry = registry
 
 
-def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receivers: Callable[[], list[str]]) -> MetricsMaintainer:
+def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receivers: Callable[[], list[str]],
+          hints: Callable[[], dict] | None = None) -> MetricsMaintainer:
+    """`hints`: the current hints document (the app wires the one GET /api/v1/hints serves)."""
     settings = app.state.settings
-    app.state.metrics_collector = LaggardCollector(engine, settings, receivers=receivers, hints=_hints_source(app))
+    app.state.metrics_collector = LaggardCollector(engine, settings, receivers=receivers, hints=hints)
     maintainer = MetricsMaintainer(engine, settings.metrics, app.state.ingest_metrics, is_leader=is_leader)
     maintainer.start()
     app.state.metrics_maintainer = maintainer
     return maintainer
-
-
-def _hints_source(app: FastAPI) -> Callable[[], dict] | None:
-    """Issue #4's hints through the app's hints cache (shared with GET /api/v1/hints), if present."""
-    try:
-        from server.api.hints import hints_cache
-    except ImportError:
-        return None
-    return lambda: hints_cache(app).get(None).doc

@@ -2,7 +2,7 @@
 replica serves the same value for a counter, and a restart does not reset it.
 
 Three writers add to them, each in the transaction that makes the counted thing true:
-- the detector's transaction (server/alerts/outbox.py): episodes opened, escalated, resolved;
+- the detector's transaction (server/store/episode_events.py): episodes opened, escalated, resolved;
 - the leader's tailer (server/metrics/maintainer.py): committed batches and samples per cluster
   (from ingest_log) and XID events per GPU (from xid_events), each row counted once, before
   retention deletes it;

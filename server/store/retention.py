@@ -16,6 +16,7 @@ NicSampleT = schema.NicSample.__table__
 XidT = schema.XidEvent.__table__
 LogT = schema.IngestLog.__table__
 EpisodeT = schema.Episode.__table__
+EventT = schema.EpisodeEvent.__table__
 # Given a connection and the cutoff: ids of episodes resolved before it that must stay.
 KeepEpisodes = Callable[[Connection, float], Collection[int]]
 
@@ -33,6 +34,8 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float, keep_epis
             "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
             # Open episodes stay, however old: they are still true.
             "episodes": _delete_episodes(conn, cutoff, keep_episodes),
+            # Taken by the alerts or not (alerts off): past the horizon an event tells no one anything.
+            "episode_events": conn.execute(delete(EventT).where(EventT.c.at < cutoff)).rowcount,
         }
 
 

@@ -176,13 +176,34 @@ class DetectorProgress(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class EpisodeEvent(Base):
+    """One change of an episode (opened, escalated, resolved), written by the detector in the
+    transaction that changed the episode, with the episode as it then stood. The outputs read
+    these (alerts turn them into alert_outbox rows); the detector imports none of them. `alerted`
+    is the alerts' mark of what they have taken."""
+
+    __tablename__ = "episode_events"
+    __table_args__ = (
+        Index("ix_episode_events_alerted", "alerted"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # No foreign key: retention may delete the episode before its last event is taken.
+    episode_id: Mapped[int] = mapped_column(Integer)
+    change: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Float)
+    episode: Mapped[dict[str, Any]] = mapped_column(JSON)
+    alerted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 # --- alerts and metrics (issue #5: server/alerts, server/metrics) ------------------------
 
 
 class AlertOutbox(Base):
-    """One alert state change (firing or resolved) of an episode, written in the detector's
-    transaction so that an episode change and its alert commit together or not at all. The
-    dispatcher routes each row to its receivers (alert_deliveries) and delivers from there."""
+    """One alert state change (firing or resolved) of an episode, made from an episode event by
+    the dispatcher in the transaction that takes the event. The dispatcher routes each row to
+    its receivers (alert_deliveries) and delivers from there."""
 
     __tablename__ = "alert_outbox"
     __table_args__ = (

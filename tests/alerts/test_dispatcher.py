@@ -11,10 +11,9 @@ import pytest
 from sqlalchemy import func, select
 
 from server.alerts.dispatcher import AlertDispatcher
-from server.alerts.outbox import record_episode_change
 from server.alerts.routing import load_routing
 from server.alerts.settings import AlertSettings
-from server.store import counters
+from server.store import counters, episode_events
 from server.store import episodes, schema
 
 
@@ -54,30 +53,60 @@ def open_episode(engine, *, node="n1", gpu=0, cause="thermal", cluster="prod", s
     with engine.begin() as conn:
         ep_id = episodes.open_episode(conn, cluster=cluster, node=node, gpu=gpu, uuid=f"GPU-{node}-{gpu}", entity=f"gpu:GPU-{node}-{gpu}",
                                       cause=cause, severity=severity, onset=at - 5, detected_at=at, evidence={"x": 1}, summary="slow")
-        record_episode_change(conn, episode_id=ep_id, change="opened", now=at)
+        episode_events.record(conn, episode_id=ep_id, change="opened", now=at)
     return ep_id
 
 
 def resolve(engine, ep_id: int, at: float) -> None:
     with engine.begin() as conn:
         episodes.resolve_episode(conn, episode_id=ep_id, resolved_at=at - 1)
-        record_episode_change(conn, episode_id=ep_id, change="resolved", now=at)
+        episode_events.record(conn, episode_id=ep_id, change="resolved", now=at)
 
 
-def test_outbox_rows_commit_with_the_episode_or_not_at_all(engine):
+def _count(engine, table) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table.__table__)).scalar()
+
+
+def test_episode_events_commit_with_the_episode_or_not_at_all(engine):
     with pytest.raises(RuntimeError):
         with engine.begin() as conn:
             ep_id = episodes.open_episode(conn, cluster="c", node="n", gpu=0, uuid="u", entity="gpu:u", cause="clock", severity="warning",
                                           onset=1.0, detected_at=2.0, evidence={}, summary="s")
-            record_episode_change(conn, episode_id=ep_id, change="opened")
+            episode_events.record(conn, episode_id=ep_id, change="opened")
             raise RuntimeError("the detector's transaction fails")
     with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(schema.AlertOutbox.__table__)).scalar() == 0
         assert counters.read_all(conn) == []
+    assert _count(engine, schema.EpisodeEvent) == 0
     open_episode(engine)
     with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(schema.AlertOutbox.__table__)).scalar() == 1
         assert counters.read_all(conn) == [("laggard_episodes_opened_total", {"cluster": "prod", "cause": "thermal", "severity": "warning"}, 1.0)]
+    assert (_count(engine, schema.EpisodeEvent), _count(engine, schema.AlertOutbox)) == (1, 0)
+
+
+def test_the_dispatcher_takes_each_event_once_into_the_outbox(engine):
+    clock, transport = Clock(), Transport()
+    d = make(engine, transport, clock)
+    open_episode(engine, at=clock.t)
+    assert d.route(clock.t) == 1
+    assert d.route(clock.t) == 0
+    assert (_count(engine, schema.EpisodeEvent), _count(engine, schema.AlertOutbox)) == (1, 1)
+
+
+def test_alerts_show_the_episode_as_it_stood_when_it_changed(engine):
+    """Events taken late (the dispatcher was down, or led elsewhere) still give the alerts of
+    each change in turn: the warning fires, then resolves as the critical fires."""
+    clock, transport = Clock(), Transport()
+    d = make(engine, transport, clock)
+    ep = open_episode(engine, at=clock.t)
+    with engine.begin() as conn:
+        episodes.escalate_episode(conn, episode_id=ep, severity="critical", evidence={"x": 2}, summary="slower")
+        episode_events.record(conn, episode_id=ep, change="escalated", now=clock.t + 1)
+    d.route(clock.t + 2)
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.AlertOutbox.__table__.c.alert).order_by(schema.AlertOutbox.__table__.c.id)).scalars().all()
+    assert [(a["status"], a["labels"]["severity"], a["annotations"]["summary"]) for a in rows] == [
+        ("firing", "warning", "slow"), ("resolved", "warning", "slower"), ("firing", "critical", "slower")]
 
 
 def test_group_wait_groups_one_cluster_and_cause(engine):
@@ -179,7 +208,7 @@ def test_escalation_resolves_the_warning_and_fires_the_critical(engine):
     d.run_once()
     with engine.begin() as conn:
         episodes.escalate_episode(conn, episode_id=ep, severity="critical", evidence={"x": 2}, summary="slower")
-        record_episode_change(conn, episode_id=ep, change="escalated", now=clock.t)
+        episode_events.record(conn, episode_id=ep, change="escalated", now=clock.t)
     clock.t += 20
     d.run_once()
     first, second = (doc for _, doc in transport.requests)
@@ -207,6 +236,7 @@ def test_unrouted_alerts_and_pruning(engine):
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.AlertOutbox.__table__)).scalar() == 0
         assert conn.execute(select(func.count()).select_from(schema.AlertDelivery.__table__)).scalar() == 0
+        assert conn.execute(select(func.count()).select_from(schema.EpisodeEvent.__table__)).scalar() == 0
 
 
 def test_a_removed_receiver_drops_its_pending_alerts(engine):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from server.slurm_sync import parse_show_node
+from server.hints.slurm_sync import parse_show_node
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo")
 

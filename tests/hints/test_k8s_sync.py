@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from server import k8s_sync
+from server.hints import k8s_sync
 from server.cli import main as laggard
 from server.hints.settings import HintSettings
 from tests.hints.fake_apiserver import FakeApiServer, node

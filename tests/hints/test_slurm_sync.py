@@ -13,7 +13,7 @@ import pytest
 
 from server.cli import main as laggard
 from server.hints.settings import HintSettings
-from server.slurm_sync import SlurmChange, parse_show_node, plan
+from server.hints.slurm_sync import SlurmChange, parse_show_node, plan
 from tests.hints.helpers import HintsServer, hint_doc
 
 SHOW_NODE = """\

@@ -175,8 +175,9 @@ def _explain(db, receiver) -> str:
     with db.connect() as conn:
         eps = conn.execute(text("SELECT node, gpu, cause, onset, resolved_at FROM episodes")).all()
         progress = conn.execute(text("SELECT key, value FROM detector_progress")).all()
+        events = conn.execute(text("SELECT id, episode_id, change, alerted FROM episode_events")).all()
         outbox = conn.execute(text("SELECT id, episode_id, status FROM alert_outbox")).all()
         deliveries = conn.execute(text("SELECT outbox_id, state, attempts FROM alert_deliveries")).all()
     seen = [(a["labels"]["node"], a["status"]) for d in receiver.delivered() for a in d["alerts"]]
-    return (f"episodes={eps} progress={progress} outbox={outbox} deliveries={deliveries} received={seen} "
+    return (f"episodes={eps} progress={progress} events={events} outbox={outbox} deliveries={deliveries} received={seen} "
             f"lock holder={lock_holder(db)}")

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from server.store import schema
+from server.store import episode_events, episodes, schema
 from server.store.retention import apply_retention
 from tests.server.conftest import count_rows, stored_gpu_samples
 from tests.server.payloads import batch, encode
@@ -32,7 +32,7 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
 
     deleted = apply_retention(db, now=now, retention_s=7 * DAY)
 
-    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "ingest_log": 1, "episodes": 0}
+    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "ingest_log": 1, "episodes": 0, "episode_events": 0}
     assert stored_gpu_samples(db) == 4
     assert count_rows(db, schema.NicSample) == 2
     assert count_rows(db, schema.XidEvent) == 1
@@ -44,3 +44,16 @@ def test_nothing_to_delete_is_a_no_op(live_server, db):
     _push(live_server.url, batch(samples=1))
     assert set(apply_retention(db, now=time.time(), retention_s=7 * DAY).values()) == {0}
     assert stored_gpu_samples(db) == 2
+
+
+def test_episode_events_past_the_horizon_go_whether_or_not_alerts_took_them(migrated_engine):
+    """With alerts off nothing takes the events; they must not pile up for ever."""
+    now = time.time()
+    db = migrated_engine  # no collector: nothing but retention removes them
+    with db.begin() as conn:
+        for at in (now - 8 * DAY, now - DAY):
+            ep = episodes.open_episode(conn, cluster="c", node="n", gpu=0, uuid="u", entity="gpu:u", cause="clock", severity="warning",
+                                       onset=at, detected_at=at, evidence={}, summary="s")
+            episode_events.record(conn, episode_id=ep, change="opened", now=at)
+    assert apply_retention(db, now=now, retention_s=7 * DAY)["episode_events"] == 1
+    assert count_rows(db, schema.EpisodeEvent) == 1

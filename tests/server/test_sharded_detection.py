@@ -155,11 +155,11 @@ def test_three_replicas_share_four_clusters_and_survive_a_kill_9(postgres_url, t
         time.sleep(1.0)  # a duplicate, if one were coming, would be stored by now (poll 0.05 s)
         assert episodes(db) == expected()
         with db.connect() as conn:
-            outbox = conn.execute(text("SELECT episode_id, status, count(*) FROM alert_outbox GROUP BY episode_id, status")).all()
+            events = conn.execute(text("SELECT episode_id, change, count(*) FROM episode_events GROUP BY episode_id, change")).all()
             states = dict(conn.execute(text("SELECT id, resolved_at IS NULL FROM episodes")).all())
             positions = conn.execute(text("SELECT key FROM detector_progress WHERE key LIKE 'ingest_log.low_water:%'")).scalars()
-        assert sorted((e, s, n) for e, s, n in outbox) == sorted(
-            [(e, "firing", 1) for e in states] + [(e, "resolved", 1) for e, is_open in states.items() if not is_open])
+        assert sorted((e, c, n) for e, c, n in events) == sorted(  # what the alerts are made of (server/alerts/outbox.py)
+            [(e, "opened", 1) for e in states] + [(e, "resolved", 1) for e, is_open in states.items() if not is_open])
         assert sorted(positions) == [f"ingest_log.low_water:{c}" for c in CLUSTERS]
         metrics = httpx.get(f"{urls[survivors[0]]}/metrics", timeout=10).text
         for cluster in CLUSTERS:  # which replica judges each cluster, from any replica's /metrics

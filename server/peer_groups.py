@@ -1,0 +1,32 @@
+"""Who is compared with whom: the peer-group keys and what counts as a busy GPU.
+
+The vocabulary the detector (server/detect) judges by and the metrics (server/metrics) show
+the comparison by, so that a dashboard's peer median is the detector's. Neither imports the
+other; both import this."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+IDLE_REASON = 0x1  # nvmlClocksEventReasonGpuIdle
+BUSY_UTIL_PCT = 10.0
+
+
+def is_busy(util_gpu_pct: float | None, reasons: int | None) -> bool:
+    """Doing work: not idle-flagged and utilised. Idle GPUs are never judged as slow."""
+    if reasons is not None and reasons & IDLE_REASON:
+        return False
+    return util_gpu_pct is not None and util_gpu_pct >= BUSY_UTIL_PCT
+
+
+def peer_group(*, cluster: str, model: str | None, labels: Mapping[str, str]) -> str:
+    """Peers: same cluster, same GPU model, same job (else partition, else the whole cluster)."""
+    return f"{cluster}|{model or '?'}|{_scope(labels)}"
+
+
+def nic_group(*, cluster: str, labels: Mapping[str, str]) -> str:
+    return f"{cluster}|nic|{_scope(labels)}"
+
+
+def _scope(labels: Mapping[str, str]) -> str:
+    return labels.get("job") or labels.get("partition") or "*"
