@@ -207,55 +207,17 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     env = dict(os.environ if env is None else env)
     parser = build_parser(env)
     args = parser.parse_args(argv)
+    # The checks run in this order, and the first failing one is the message shown.
     try:
-        interval = args.interval if args.interval is not None else _env_number(env, "LAGGARD_INTERVAL", float, 5.0)
-        if not interval > 0:
-            raise UsageError(f"--interval {interval:g}: must be a positive number of seconds")
-        # ~10 s per request whatever the interval: bounded latency, few requests per node.
-        default_batch = max(1, round(BATCH_SECONDS / interval))
-        batch = args.batch if args.batch is not None else _env_number(env, "LAGGARD_BATCH", int, default_batch)
-        if batch < 1:
-            raise UsageError(f"--batch {batch}: must be at least 1")
-        auth_retry = args.auth_retry if args.auth_retry is not None else _env_number(env, "LAGGARD_AUTH_RETRY", float, 60.0)
-        if not auth_retry > 0:
-            raise UsageError(f"--auth-retry {auth_retry:g}: must be a positive number of seconds")
-        max_queue = args.max_queue if args.max_queue is not None else _env_number(env, "LAGGARD_MAX_QUEUE", int, 720)
-        if max_queue < 1:
-            raise UsageError(f"--max-queue {max_queue}: must be at least 1")
-        env_labels = [s for s in env.get("LAGGARD_LABELS", "").split(",") if s.strip()]
-        labels = parse_labels(env_labels, "LAGGARD_LABELS item")
-        labels.update(parse_labels(args.label, "--label"))
-        if not args.collector.startswith(("http://", "https://")):
-            raise UsageError(f"--collector {args.collector!r}: expected an http:// or https:// URL")
-        if args.collector.startswith("http://") and not args.allow_insecure_http and not is_loopback_url(args.collector):
-            raise UsageError(f"--collector {args.collector}: plain HTTP to another host would send the token and the samples "
-                             "unencrypted; use https:// (with --ca-bundle for a private CA) or pass --allow-insecure-http")
-        if args.ca_bundle and not os.path.isfile(args.ca_bundle):
-            raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
-        token = args.token
-        if args.token_file:
-            try:
-                token = Path(args.token_file).read_text().strip()
-            except OSError as exc:
-                raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
-        simulate = parse_simulate(args.simulate) if args.simulate else None
-        if args.fault and simulate is None:
-            raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
+        interval, batch = _interval_and_batch(args, env)
+        auth_retry, max_queue = _auth_retry_and_max_queue(args, env)
+        labels = _labels_setting(args, env)
+        _check_collector(args)
+        token = _token_setting(args)
+        simulate = _simulate_setting(args)
         spool_dir = spool_dir_setting(args, env, simulate)
-        spool_max_bytes = DEFAULT_SPOOL_MAX_BYTES
-        if args.spool_max_bytes is not None:
-            spool_max_bytes = parse_size(args.spool_max_bytes, "--spool-max-bytes")
-        elif env.get("LAGGARD_SPOOL_MAX_BYTES"):
-            spool_max_bytes = parse_size(env["LAGGARD_SPOOL_MAX_BYTES"], "LAGGARD_SPOOL_MAX_BYTES")
-        if spool_max_bytes < MIN_SPOOL_BYTES:
-            raise UsageError(f"--spool-max-bytes {spool_max_bytes}: must be at least {MIN_SPOOL_BYTES} (64KiB)")
-        if args.metrics_port:
-            from agent.metrics import parse_listen
-
-            try:
-                parse_listen(args.metrics_port)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
+        spool_max_bytes = _spool_max_bytes_setting(args, env)
+        _check_metrics_port(args)
     except UsageError as exc:
         parser.error(str(exc))
     node = args.node or env.get("NODE_NAME") or socket.gethostname()
@@ -267,6 +229,90 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
         spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
     )
+
+
+def _flag_or_env_number(flag, env: dict[str, str], name: str, kind: type, default):
+    return flag if flag is not None else _env_number(env, name, kind, default)
+
+
+def _interval_and_batch(args: argparse.Namespace, env: dict[str, str]) -> tuple[float, int]:
+    interval = _flag_or_env_number(args.interval, env, "LAGGARD_INTERVAL", float, 5.0)
+    if not interval > 0:
+        raise UsageError(f"--interval {interval:g}: must be a positive number of seconds")
+    # ~10 s per request whatever the interval: bounded latency, few requests per node.
+    default_batch = max(1, round(BATCH_SECONDS / interval))
+    batch = _flag_or_env_number(args.batch, env, "LAGGARD_BATCH", int, default_batch)
+    if batch < 1:
+        raise UsageError(f"--batch {batch}: must be at least 1")
+    return interval, batch
+
+
+def _auth_retry_and_max_queue(args: argparse.Namespace, env: dict[str, str]) -> tuple[float, int]:
+    auth_retry = _flag_or_env_number(args.auth_retry, env, "LAGGARD_AUTH_RETRY", float, 60.0)
+    if not auth_retry > 0:
+        raise UsageError(f"--auth-retry {auth_retry:g}: must be a positive number of seconds")
+    max_queue = _flag_or_env_number(args.max_queue, env, "LAGGARD_MAX_QUEUE", int, 720)
+    if max_queue < 1:
+        raise UsageError(f"--max-queue {max_queue}: must be at least 1")
+    return auth_retry, max_queue
+
+
+def _labels_setting(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
+    """LAGGARD_LABELS, then the --label flags over it key by key."""
+    env_labels = [s for s in env.get("LAGGARD_LABELS", "").split(",") if s.strip()]
+    labels = parse_labels(env_labels, "LAGGARD_LABELS item")
+    labels.update(parse_labels(args.label, "--label"))
+    return labels
+
+
+def _check_collector(args: argparse.Namespace) -> None:
+    """The collector URL, and the CA bundle to verify it with."""
+    if not args.collector.startswith(("http://", "https://")):
+        raise UsageError(f"--collector {args.collector!r}: expected an http:// or https:// URL")
+    if args.collector.startswith("http://") and not args.allow_insecure_http and not is_loopback_url(args.collector):
+        raise UsageError(f"--collector {args.collector}: plain HTTP to another host would send the token and the samples "
+                         "unencrypted; use https:// (with --ca-bundle for a private CA) or pass --allow-insecure-http")
+    if args.ca_bundle and not os.path.isfile(args.ca_bundle):
+        raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
+
+
+def _token_setting(args: argparse.Namespace) -> str | None:
+    """The token file's content when there is one, else --token (or LAGGARD_TOKEN)."""
+    if not args.token_file:
+        return args.token
+    try:
+        return Path(args.token_file).read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
+
+
+def _simulate_setting(args: argparse.Namespace) -> tuple[str, int] | None:
+    simulate = parse_simulate(args.simulate) if args.simulate else None
+    if args.fault and simulate is None:
+        raise UsageError("--fault needs --simulate (faults are injected into the simulator)")
+    return simulate
+
+
+def _spool_max_bytes_setting(args: argparse.Namespace, env: dict[str, str]) -> int:
+    spool_max_bytes = DEFAULT_SPOOL_MAX_BYTES
+    if args.spool_max_bytes is not None:
+        spool_max_bytes = parse_size(args.spool_max_bytes, "--spool-max-bytes")
+    elif env.get("LAGGARD_SPOOL_MAX_BYTES"):
+        spool_max_bytes = parse_size(env["LAGGARD_SPOOL_MAX_BYTES"], "LAGGARD_SPOOL_MAX_BYTES")
+    if spool_max_bytes < MIN_SPOOL_BYTES:
+        raise UsageError(f"--spool-max-bytes {spool_max_bytes}: must be at least {MIN_SPOOL_BYTES} (64KiB)")
+    return spool_max_bytes
+
+
+def _check_metrics_port(args: argparse.Namespace) -> None:
+    if not args.metrics_port:
+        return
+    from agent.metrics import parse_listen
+
+    try:
+        parse_listen(args.metrics_port)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # --- sources --------------------------------------------------------------------------

@@ -19,10 +19,10 @@ hand (no prometheus_client). The same few pieces serve the collector's GET /metr
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import operator
-import json
 import socket
 import threading
 import time
@@ -416,7 +416,7 @@ def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
         stats = {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
                  "refused_attempts": s.refused_attempts, "dropped": pusher.dropped, "queued": len(pusher.queue)}
         spool = pusher.queue
-        if getattr(spool, "durable", False):  # agent/spool.py's DiskSpool
+        if spool.durable:  # agent/spool.py's DiskSpool
             stats.update(spool_bytes=spool.size_bytes, spool_corrupt=spool.corrupt, spool_write_errors=spool.write_errors)
         return stats
     return read
@@ -499,5 +499,6 @@ def start_metrics(spec: str, sink, *, node: str, cluster: str, driver: str | Non
 
 __all__ = [
     "CONTENT_TYPE", "DCGM_FIELDS", "DCGM_LABELS", "DcgmField", "Family", "MetricsServer", "NodeMetrics", "XID_FIELD",
-    "NIC_LABELS", "Renderer", "dcgm_families", "dcgm_labels", "nic_families", "escape_label_value", "format_value", "label_string", "parse_listen", "render", "start_metrics",
+    "NIC_LABELS", "Renderer", "dcgm_families", "dcgm_labels", "nic_families", "escape_label_value", "format_value", "label_string",
+    "parse_listen", "render", "start_metrics",
 ]

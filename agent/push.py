@@ -56,14 +56,23 @@ class SampleQueue(Protocol):
     """FIFO of (seq, sample); seqs increase; ack(seq) removes everything up to seq."""
 
     dropped: int
+    durable: bool  # what it holds survives a restart of the agent (DiskSpool)
 
     def put(self, sample: Sample) -> None: ...
     def peek(self, n: int) -> list[tuple[int, Sample]]: ...
+
+    def peek_encoded(self, n: int) -> list[tuple[int, bytes]] | None:
+        """The head with each sample as the JSON a push carries, if the queue keeps them so
+        (DiskSpool: sent without encoding them again); None: use peek()."""
+        ...
+
     def ack(self, upto_seq: int) -> None: ...
     def __len__(self) -> int: ...
 
 
 class MemoryQueue:
+    durable = False
+
     def __init__(self, maxlen: int = 720) -> None:
         if maxlen < 1:
             raise ValueError("queue length must be at least 1")
@@ -84,6 +93,9 @@ class MemoryQueue:
     def peek(self, n: int) -> list[tuple[int, Sample]]:
         with self._lock:
             return list(itertools.islice(self._items, n))
+
+    def peek_encoded(self, n: int) -> None:
+        return None  # samples are kept as objects
 
     def ack(self, upto_seq: int) -> None:
         with self._lock:
@@ -202,8 +214,8 @@ class Pusher:
         Returns None when the batch is settled (stored, rejected, or nothing to send),
         else the seconds to wait before retrying.
         """
-        peek_encoded = getattr(self.queue, "peek_encoded", None)
-        head = peek_encoded(self.batch_size) if peek_encoded is not None else self.queue.peek(self.batch_size)
+        encoded = self.queue.peek_encoded(self.batch_size)
+        head = encoded if encoded is not None else self.queue.peek(self.batch_size)
         if not head:
             return None
         if self._refusals.current is not None:
@@ -214,7 +226,7 @@ class Pusher:
         last_seq = head[-1][0]
         retry_after: float | None = None
         try:
-            content = self.encode_encoded(samples) if peek_encoded is not None else self.encode(samples)
+            content = self.encode_encoded(samples) if encoded is not None else self.encode(samples)
         except (TypeError, ValueError) as exc:  # a bug, not the network: retrying cannot help
             self._settled(last_seq)
             self.stats.rejected_batches += 1
@@ -390,7 +402,7 @@ class Pusher:
         # Refused (401/403): another try on the way out would be refused too.
         if flush_timeout > 0 and len(self.queue) and self._refusals.current is None:
             if not self.flush(flush_timeout):
-                kept = " (kept in the spool for the next start)" if getattr(self.queue, "durable", False) else ""
+                kept = " (kept in the spool for the next start)" if self.queue.durable else ""
                 log.warning("exiting with %d unsent samples%s", len(self.queue), kept)
         self._client.close()
 

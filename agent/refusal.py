@@ -52,13 +52,17 @@ def hint(refusal: Refusal, binding: dict | None, *, token_sent: bool, cluster: s
         return f"the token is missing, unknown or revoked: make an agent token ({create}) and pass it with --token or --token-file"
     if refusal.loc == ("body", "cluster"):
         if isinstance(bound_cluster, str):
-            return f"token is bound to cluster {bound_cluster}; run with --cluster {bound_cluster} (or without --cluster: the agent then asks the collector)"
-        return f"the token is not for cluster {cluster}; run with the --cluster the token was made for (or without --cluster: the agent then asks the collector)"
+            return (f"token is bound to cluster {bound_cluster}; run with --cluster {bound_cluster} "
+                    "(or without --cluster: the agent then asks the collector)")
+        return (f"the token is not for cluster {cluster}; run with the --cluster the token was made for "
+                "(or without --cluster: the agent then asks the collector)")
     if refusal.loc == ("body", "node"):
         if isinstance(bound_nodes, list) and len(bound_nodes) == 1:
-            return f"token is bound to node {bound_nodes[0]}; run with --node {bound_nodes[0]}, or use a token made for node {node} ({create} --node {node})"
+            return (f"token is bound to node {bound_nodes[0]}; run with --node {bound_nodes[0]}, "
+                    f"or use a token made for node {node} ({create} --node {node})")
         if isinstance(bound_nodes, list) and bound_nodes:
-            return f"token is bound to nodes {', '.join(map(str, bound_nodes))}, not {node}; use a token made for node {node} ({create} --node {node})"
+            return (f"token is bound to nodes {', '.join(map(str, bound_nodes))}, not {node}; "
+                    f"use a token made for node {node} ({create} --node {node})")
         return f"the token may not push for node {node}; use a token made for it ({create} --node {node})"
     if refusal.status == 409:
         return (f"another node reports a GPU UUID of this node (see the collector's message): check that --node {node} is this "

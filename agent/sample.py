@@ -89,9 +89,6 @@ class Sample:
 GPU_METRIC_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "uuid", "model", "pci_bus_id", "lost", "xids"}
 )
-NIC_METRIC_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(NicSample) if f.name not in {"device", "port", "state"}
-)
 
 
 def sample_to_dict(sample: Sample) -> dict[str, Any]:

@@ -87,6 +87,21 @@ class FixedThresholdDetector:
             yield "lost", "reports lost"
             return
         bits = g.get("clocks_event_reasons") or 0
+        yield from self._throttle_findings(g, bits)
+        util = g.get("util_gpu_pct") or 0.0
+        busy = util > s.busy_util_pct
+        clock, cmax = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
+        if busy and clock is not None and cmax and clock < s.clock_frac * cmax and not bits & ~(IDLE | SW_POWER_CAP):
+            yield "clock", f"SM clock {clock} MHz < {s.clock_frac:.0%} of {cmax} at {util:.0f}% util"
+        yield from self._link_findings(g, prev, busy)
+        if _increased(g, prev, _ECC_COUNTERS) or g.get("remapped_rows_pending"):
+            yield "ecc", "ECC counter increased or remapped rows pending"
+        if g.get("xids"):
+            yield "xid", "XID " + ", ".join(str(x["xid"]) for x in g["xids"])
+
+    def _throttle_findings(self, g: dict, bits: int):
+        """Temperature and the clock-event reason bits: thermal, power, hw_slowdown."""
+        s = self.s
         temp = g.get("temp_c")
         if temp is not None and temp > s.temp_c:
             yield "thermal", f"temperature {temp:.0f} °C > {s.temp_c:.0f}"
@@ -98,11 +113,9 @@ class FixedThresholdDetector:
             yield "power", f"SW power cap (0x{bits:x})"
         if bits & HW_SLOWDOWN and not bits & (HW_THERMAL | HW_POWER_BRAKE):
             yield "hw_slowdown", f"HW slowdown (0x{bits:x})"
-        util = g.get("util_gpu_pct") or 0.0
-        busy = util > s.busy_util_pct
-        clock, cmax = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
-        if busy and clock is not None and cmax and clock < s.clock_frac * cmax and not bits & ~(IDLE | SW_POWER_CAP):
-            yield "clock", f"SM clock {clock} MHz < {s.clock_frac:.0%} of {cmax} at {util:.0f}% util"
+
+    def _link_findings(self, g: dict, prev: dict | None, busy: bool):
+        """The GPU's links: NVLink (links down, error counters) and PCIe (degraded link, replays)."""
         up, total = g.get("nvlink_links_up"), g.get("nvlink_links_total")
         if up is not None and total and up < total:
             yield "nvlink", f"{up}/{total} NVLinks up"
@@ -112,10 +125,6 @@ class FixedThresholdDetector:
             yield "pcie", f"PCIe gen{g.get('pcie_gen')} x{g.get('pcie_width')} below max"
         if _increased(g, prev, ("pcie_replay_total",)):
             yield "pcie", "PCIe replay counter increased"
-        if _increased(g, prev, _ECC_COUNTERS) or g.get("remapped_rows_pending"):
-            yield "ecc", "ECC counter increased or remapped rows pending"
-        if g.get("xids"):
-            yield "xid", "XID " + ", ".join(str(x["xid"]) for x in g["xids"])
 
     def _nic_findings(self, n: dict, prev: dict | None):
         state = n.get("state")

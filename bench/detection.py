@@ -146,21 +146,13 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
     first_detect: dict[str, float] = {}
     matched_count: dict[str, int] = {}
     false_positives = []
-    eps = 1e-6
     for ep in sorted(episodes, key=lambda e: (e["detected_at"], str(e.get("id")))):
         cause = ep["cause"]
         t = tallies.setdefault(cause, Tally())
         t.episodes += 1
         overall.episodes += 1
         gpu = ep.get("gpu")
-        match = None
-        for f in by_key.get((ep["cluster"], ep["node"], gpu, cause), ()):
-            if f.nic is not None and _device(ep) not in (None, f.nic):
-                continue  # the episode names another port of the node
-            lo, hi = f.start - eps, f.end + grace + eps
-            if lo <= ep["onset"] <= hi or lo <= ep["detected_at"] <= hi:
-                match = f
-                break
+        match = _matching_fault(ep, by_key.get((ep["cluster"], ep["node"], gpu, cause), ()), grace)
         if match is None:
             false_positives.append(_fp_record(ep, truth, grace))
             continue
@@ -190,6 +182,19 @@ def score(truth: list[Fault], episodes: list[dict], *, interval: float, grace: f
         "split": [{"id": f.id, "fault": f"{f.cause}/{f.variant}", "node": f.node, "episodes": matched_count[f.id]}
                   for f in truth if matched_count.get(f.id, 0) > 1],
     }
+
+
+def _matching_fault(ep: dict, candidates, grace: float) -> Fault | None:
+    """The first of `candidates` (faults of the episode's cluster, node, GPU and cause) whose
+    [start, end + grace] holds the episode's onset or detected_at; None when none does."""
+    eps = 1e-6
+    for f in candidates:
+        if f.nic is not None and _device(ep) not in (None, f.nic):
+            continue  # the episode names another port of the node
+        lo, hi = f.start - eps, f.end + grace + eps
+        if lo <= ep["onset"] <= hi or lo <= ep["detected_at"] <= hi:
+            return f
+    return None
 
 
 def _device(ep: dict) -> str | None:
@@ -338,42 +343,8 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
     errors: list[str] = []
     stats = stats or PushStats()
     lock = threading.Lock()
-
-    def client() -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=300)
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        while True:
-            item = work.get()
-            if item is None:
-                work.task_done()
-                break
-            body = gzip.compress(item, compresslevel=1)
-            payload = b""
-            for attempt in range(8):
-                try:
-                    conn.request("POST", "/api/v1/samples", body=body, headers=headers)
-                    resp = conn.getresponse()
-                    payload = resp.read()
-                except (OSError, http.client.HTTPException) as exc:
-                    conn.close()
-                    conn = http.client.HTTPConnection(host, port, timeout=300)
-                    status, payload = None, str(exc).encode()
-                else:
-                    status = resp.status
-                if status == 200:
-                    break
-                if status is not None and status not in (429, 503):
-                    errors.append(f"{status} {payload[:300]!r}")
-                    break
-                with lock:
-                    stats.retries += 1
-                time.sleep(min(5.0, 0.2 * 2 ** attempt))
-            else:
-                errors.append(f"gave up after retries: {payload[:300]!r}")
-            work.task_done()
-        conn.close()
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    threads = [threading.Thread(target=_push_client, args=(host, port, work, errors, stats, lock), daemon=True)
+               for _ in range(clients)]
     for t in threads:
         t.start()
     n_nodes = len(fleet.sims)
@@ -381,10 +352,7 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
     start = time.perf_counter()
     pending: list[bytes] = []
     for _idx, body in fleet.batches(batch):
-        for sample in body["samples"]:
-            for b in baselines:
-                b.feed(body["cluster"], body["node"], sample)
-            stats.gpu_samples += len(sample["gpus"])
+        _feed_baselines(body, baselines, stats)
         pending.append(_dumps(body))
         if len(pending) == n_nodes:
             work.join()  # the previous round is committed
@@ -394,26 +362,84 @@ def push_fleet(fleet: Fleet, collector: Collector, *, batch: int, clients: int, 
                 errors.append("collector died:\n" + collector.log_tail())
                 break
             stats.rounds_done += 1 if stats.requests else 0
-            for item in pending:
-                work.put(item)
-            stats.requests += len(pending)
+            _enqueue(work, pending, stats)
             pending = []
     work.join()
     if pending and not errors:  # a node that joined late leaves the last round short
-        for item in pending:
-            work.put(item)
-        stats.requests += len(pending)
+        _enqueue(work, pending, stats)
         work.join()
     if not errors:
         stats.rounds_done = stats.rounds
-    for _ in threads:
-        work.put(None)
-    for t in threads:
-        t.join()
+    _stop_clients(work, threads)
     stats.seconds = time.perf_counter() - start
     if errors:
         stats.error = f"{len(errors)} requests failed, first: {errors[0]}"
     return stats
+
+
+_PUSH_HEADERS = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+
+def _push_client(host: str, port: int, work: queue.Queue, errors: list[str], stats: PushStats, lock: threading.Lock) -> None:
+    """One keep-alive connection posting the bodies of `work` until it gets None."""
+    conn = http.client.HTTPConnection(host, port, timeout=300)
+    while True:
+        item = work.get()
+        if item is None:
+            work.task_done()
+            break
+        conn = _post_samples(conn, host, port, gzip.compress(item, compresslevel=1), errors, stats, lock)
+        work.task_done()
+    conn.close()
+
+
+def _post_samples(conn: http.client.HTTPConnection, host: str, port: int, body: bytes, errors: list[str], stats: PushStats,
+                  lock: threading.Lock) -> http.client.HTTPConnection:
+    """POST one gzipped body, retrying on 429/503 and connection errors with backoff; a failure
+    goes to `errors`. Returns the connection to go on with (a new one after a connection error)."""
+    payload = b""
+    for attempt in range(8):
+        try:
+            conn.request("POST", "/api/v1/samples", body=body, headers=_PUSH_HEADERS)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            conn = http.client.HTTPConnection(host, port, timeout=300)
+            status, payload = None, str(exc).encode()
+        else:
+            status = resp.status
+        if status == 200:
+            break
+        if status is not None and status not in (429, 503):
+            errors.append(f"{status} {payload[:300]!r}")
+            break
+        with lock:
+            stats.retries += 1
+        time.sleep(min(5.0, 0.2 * 2 ** attempt))
+    else:
+        errors.append(f"gave up after retries: {payload[:300]!r}")
+    return conn
+
+
+def _feed_baselines(body: dict, baselines: list[FixedThresholdDetector], stats: PushStats) -> None:
+    for sample in body["samples"]:
+        for b in baselines:
+            b.feed(body["cluster"], body["node"], sample)
+        stats.gpu_samples += len(sample["gpus"])
+
+
+def _enqueue(work: queue.Queue, pending: list[bytes], stats: PushStats) -> None:
+    for item in pending:
+        work.put(item)
+    stats.requests += len(pending)
+
+
+def _stop_clients(work: queue.Queue, threads: list[threading.Thread]) -> None:
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
 
 
 def detection_behind(collector: Collector, clusters: dict[str, float]) -> dict[str, float] | None:
@@ -431,13 +457,22 @@ def wait_for_detection(targets: list[tuple[Collector, dict[str, float]]], *, sin
     databases), then until the episode lists stop changing for `settle` seconds. A detector
     that makes no progress for 5 minutes while its process sits idle is declared stuck."""
     deadline = time.monotonic() + timeout
+    failure = _wait_until_judged(targets, deadline)
+    if failure is not None:
+        return False, failure
+    return _wait_until_settled(targets, since=since, until=until, deadline=deadline, timeout=timeout, settle=settle)
+
+
+def _wait_until_judged(targets: list[tuple[Collector, dict[str, float]]], deadline: float) -> str | None:
+    """Until every detector has judged its clusters' last instant or `deadline` passes; the
+    reason when a collector died or a detector is stuck, else None."""
     last_print = time.monotonic()
     seen: dict[int, tuple] = {}
     while time.monotonic() < deadline:
         behind_all = {}
         for i, (collector, clusters) in enumerate(targets):
             if not collector.alive():
-                return False, "collector died:\n" + collector.log_tail()
+                return "collector died:\n" + collector.log_tail()
             behind = detection_behind(collector, clusters)
             if not behind:
                 continue
@@ -447,13 +482,19 @@ def wait_for_detection(targets: list[tuple[Collector, dict[str, float]]], *, sin
             if prev is None or prev[0] != behind:
                 seen[i] = (behind, time.monotonic(), cpu)
             elif time.monotonic() - prev[1] > 300 and cpu - prev[2] < 5.0:
-                return False, f"detector stuck: no progress for 300 s with its process idle; behind by {behind}"
+                return f"detector stuck: no progress for 300 s with its process idle; behind by {behind}"
         if not behind_all:
             break
         if time.monotonic() - last_print > 15:
             print("    detector still to judge: " + ", ".join(f"{c} {s:.0f} s" for c, s in behind_all.items()), flush=True)
             last_print = time.monotonic()
         time.sleep(1.0)
+    return None
+
+
+def _wait_until_settled(targets: list[tuple[Collector, dict[str, float]]], *, since: float, until: float, deadline: float,
+                        timeout: float, settle: float) -> tuple[bool, str]:
+    """Until the episode lists stop changing for `settle` seconds, or `deadline` passes."""
     previous, stable_since = None, time.monotonic()
     while time.monotonic() < deadline:
         snapshot = []
@@ -638,7 +679,7 @@ def write_docs(payload: dict) -> None:
 # --- main ----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=24)
     p.add_argument("--interval", default="1,5", help="sampling interval(s) in seconds, comma-separated (default 1,5)")
@@ -660,7 +701,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-docs", action="store_true", help=f"replace the results section of {DOCS.relative_to(ROOT)}")
     p.add_argument("--show", type=int, default=12, help="false positives / misses to print per fleet")
     p.add_argument("--docs-from", metavar="PATH", help="only rewrite the docs' results from the --json of an earlier run")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
     if args.docs_from:
         write_docs(_rescore(json.loads(Path(args.docs_from).read_text())))
         print(f"wrote {DOCS.relative_to(ROOT)} from {args.docs_from}")
@@ -670,18 +715,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = float((int(time.time()) - int(args.duration) - 180) // 60 * 60)
     T0[0] = t0
-    tag = "" if not args.url else f"-{int(t0)}"
-    fleets: list[tuple[float, Fleet | None, Fleet | None]] = []
-    for iv in intervals:
-        def cfg(faults: bool, suffix: str) -> FleetConfig:
-            return FleetConfig(nodes=args.nodes, interval=iv, duration=args.duration, seed=args.seed, t0=t0,
-                               cluster=f"eval-{iv:g}s{suffix}{tag}", faults=faults, faults_per_cause=args.faults_per_cause,
-                               sync=args.sync)
-        faulty = None if args.fault_free else Fleet(cfg(True, ""))
-        clean = None if args.no_clean and not args.fault_free else Fleet(cfg(False, "-clean"))
-        fleets.append((iv, faulty, clean))
+    fleets = _make_fleets(args, intervals, t0)
     example = fleets[0][1] or fleets[0][2]
-    print(f"fleet (seed {args.seed}): {args.nodes} nodes x 8 GPUs, {args.duration:.0f} s of sample time, intervals {', '.join(f'{i:g} s' for i in intervals)}")
+    print(f"fleet (seed {args.seed}): {args.nodes} nodes x 8 GPUs, {args.duration:.0f} s of sample time, "
+          f"intervals {', '.join(f'{i:g} s' for i in intervals)}")
     print(example.describe())
     if fleets[0][1] is not None:
         print(f"  {len(fleets[0][1].truth)} injected faults per faulty fleet ({args.faults_per_cause} per cause; a node-wide power brake counts 8)")
@@ -691,20 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - wall0
 
     for run in runs:
-        print()
-        print(f"== {run['interval']:g} s sampling: {run['fleet_summary']}")
-        print(results_table(run, markdown=False))
-        print(f"targets: {verdict(run)}")
-        if run.get("detector_note"):
-            print(f"detector: {run['detector_note']}")
-        if run.get("detector"):
-            print_details("Laggard", run["detector"], args.show)
-        if run.get("clean") and run["clean"].get("detector_fp"):
-            print(f"  Laggard on the fault-free fleet: {run['clean']['detector_flags']} flag(s):")
-            for fp in run["clean"]["detector_fp"][: args.show]:
-                print(f"    {fp['node']} gpu={fp['gpu']} {fp['cause']} at +{fp['detected_at'] - t0:.0f} s: {fp['summary'][:140]}")
-        if run.get("push"):
-            print(f"  push: {run['push']}")
+        print_run(run, args.show, t0)
     print(f"\nwall time {wall:.0f} s")
 
     payload = {
@@ -724,6 +748,38 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(payload)
         print(f"wrote {DOCS.relative_to(ROOT)}")
     return 0
+
+
+def _make_fleets(args: argparse.Namespace, intervals: list[float], t0: float) -> list[tuple[float, Fleet | None, Fleet | None]]:
+    """(interval, faulty fleet, fault-free fleet) per interval, either None where the options skip it."""
+    tag = "" if not args.url else f"-{int(t0)}"
+    fleets: list[tuple[float, Fleet | None, Fleet | None]] = []
+    for iv in intervals:
+        def cfg(faults: bool, suffix: str) -> FleetConfig:
+            return FleetConfig(nodes=args.nodes, interval=iv, duration=args.duration, seed=args.seed, t0=t0,
+                               cluster=f"eval-{iv:g}s{suffix}{tag}", faults=faults, faults_per_cause=args.faults_per_cause,
+                               sync=args.sync)
+        faulty = None if args.fault_free else Fleet(cfg(True, ""))
+        clean = None if args.no_clean and not args.fault_free else Fleet(cfg(False, "-clean"))
+        fleets.append((iv, faulty, clean))
+    return fleets
+
+
+def print_run(run: dict, show: int, t0: float) -> None:
+    print()
+    print(f"== {run['interval']:g} s sampling: {run['fleet_summary']}")
+    print(results_table(run, markdown=False))
+    print(f"targets: {verdict(run)}")
+    if run.get("detector_note"):
+        print(f"detector: {run['detector_note']}")
+    if run.get("detector"):
+        print_details("Laggard", run["detector"], show)
+    if run.get("clean") and run["clean"].get("detector_fp"):
+        print(f"  Laggard on the fault-free fleet: {run['clean']['detector_flags']} flag(s):")
+        for fp in run["clean"]["detector_fp"][:show]:
+            print(f"    {fp['node']} gpu={fp['gpu']} {fp['cause']} at +{fp['detected_at'] - t0:.0f} s: {fp['summary'][:140]}")
+    if run.get("push"):
+        print(f"  push: {run['push']}")
 
 
 @dataclass
@@ -749,89 +805,111 @@ def _run_all(args, fleets, t0: float, workdir: Path) -> list[dict]:
             sub.mkdir()
             job.collector = Collector(args.url, sub)
             job.cpu0 = job.collector.cpu_seconds()
-
-        def push(job: _Job) -> None:
-            batch = max(1, round(args.batch_seconds / job.interval))
-            try:
-                push_fleet(job.fleet, job.collector, batch=batch, clients=args.clients, baselines=[job.baseline, job.strict],
-                           stats=job.stats)
-            except Exception as exc:  # noqa: BLE001 - reported below
-                job.stats.error = f"{type(exc).__name__}: {exc}"
-
-        for job in jobs:
-            batch = max(1, round(args.batch_seconds / job.interval))
-            print(f"  pushing {job.fleet.cfg.cluster}: {job.fleet.cfg.steps} samples x {len(job.fleet.sims)} nodes, "
-                  f"{batch} samples per request", flush=True)
-        threads = [threading.Thread(target=push, args=(job,), daemon=True) for job in jobs]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(15.0 / len(threads))
-            if any(t.is_alive() for t in threads):
-                print("    pushed " + ", ".join(f"{j.fleet.cfg.cluster} {j.stats.rounds_done}/{j.stats.rounds}" for j in jobs), flush=True)
-        for job in jobs:
-            if job.stats.error:
-                raise SystemExit(f"pushing {job.fleet.cfg.cluster}: {job.stats.error}")
-            cpu = job.collector.cpu_seconds()
-            st = job.stats
-            cpu_txt = f", collector {cpu - job.cpu0:.0f} CPU-s so far" if cpu is not None and job.cpu0 is not None else ""
-            print(f"    {job.fleet.cfg.cluster}: {st.gpu_samples:,} GPU-samples in {st.requests} requests, {st.seconds:.0f} s "
-                  f"({st.gpu_samples / st.seconds:,.0f}/s{cpu_txt})", flush=True)
-
-        since, until = t0 - 1.0, max(j.fleet.t_end for j in jobs) + 3600.0
-        print("  waiting for the detector(s) ...", flush=True)
-        w0 = time.perf_counter()
-        # Each node is judged up to its own last sample: wait for the earliest of those.
-        targets = [(j.collector, {j.fleet.cfg.cluster: min(t[-1] for t in j.fleet.times)}) for j in jobs]
-        ok, note = wait_for_detection(targets, since=since, until=until, timeout=args.wait, settle=args.settle)
-        print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
-        episodes = {id(j): fetch_episodes(j.collector.url, j.fleet.cfg.cluster, since, until) for j in jobs}
-        cpu = {id(j): (j.collector.cpu_seconds() or 0.0) - (j.cpu0 or 0.0) if j.cpu0 is not None else None for j in jobs}
+        _push_all(args, jobs)
+        note, episodes, cpu = _detect_all(args, jobs, t0)
     finally:
         for job in jobs:
             if job.collector is not None:
                 job.collector.stop()
+    return [_score_run(args, iv, faulty, clean, jobs, note, episodes, cpu) for iv, faulty, clean in fleets]
 
-    runs = []
-    for iv, faulty, clean in fleets:
-        main_fleet = faulty or clean
-        entry: dict = {"interval": iv, "fleet_summary": f"{len(main_fleet.sims)} nodes, {main_fleet.cfg.steps} samples each, "
-                                                         f"{len(faulty.truth) if faulty else 0} injected faults"}
-        if note:
-            entry["detector_note"] = note
-        for job in (j for j in jobs if j.interval == iv):
-            det_eps = episodes[id(job)]
-            if det_eps is None:
-                entry["detector_note"] = "no stragglers endpoint on this collector: Laggard columns empty"
-            base_eps, strict_eps = job.baseline.finish(), job.strict.finish()
-            push_txt = (f"{job.stats.gpu_samples:,} GPU-samples in {job.stats.seconds:.0f} s"
-                        + (f", collector {cpu[id(job)]:.0f} CPU-s" if cpu[id(job)] is not None else ""))
-            if job.faulty:
-                times = node_times(job.fleet)
-                sc_s = score(job.fleet.truth, strict_eps, interval=iv, grace=args.grace, times=times)
-                entry["baseline"] = score(job.fleet.truth, base_eps, interval=iv, grace=args.grace, times=times)
-                entry["baseline_with_power_cap"] = {"overall": sc_s["overall"]}
-                entry["detector"] = None if det_eps is None else score(job.fleet.truth, det_eps, interval=iv, grace=args.grace,
-                                                                       times=times)
-                entry["truth"] = [f.to_json() for f in job.fleet.truth]
-                entry["episodes"] = {"detector": det_eps, "baseline": base_eps}
-                entry["push"] = push_txt
-            else:
-                entry["clean"] = {
-                    "detector_flags": None if det_eps is None else len(det_eps),
-                    "detector_fp": None if det_eps is None else [_fp_record(e, [], 0) for e in det_eps],
-                    "baseline_flags": len(base_eps),
-                    "baseline_with_power_cap_flags": len(strict_eps),
-                    "baseline_by_cause": _by_cause(base_eps),
-                    "detector_by_cause": None if det_eps is None else _by_cause(det_eps),
-                    "push": push_txt,
-                }
-        if faulty is None:  # --fault-free: only the flags row
-            entry["baseline"] = score([], [], interval=iv, grace=args.grace)
-            entry["detector"] = None
-        runs.append(entry)
-    return runs
+
+def _push_job(args, job: _Job) -> None:
+    batch = max(1, round(args.batch_seconds / job.interval))
+    try:
+        push_fleet(job.fleet, job.collector, batch=batch, clients=args.clients, baselines=[job.baseline, job.strict],
+                   stats=job.stats)
+    except Exception as exc:  # noqa: BLE001 - reported below
+        job.stats.error = f"{type(exc).__name__}: {exc}"
+
+
+def _push_all(args, jobs: list[_Job]) -> None:
+    """Every job's fleet pushed at once, one thread each, with progress every 15 s; exits on a
+    failed push."""
+    for job in jobs:
+        batch = max(1, round(args.batch_seconds / job.interval))
+        print(f"  pushing {job.fleet.cfg.cluster}: {job.fleet.cfg.steps} samples x {len(job.fleet.sims)} nodes, "
+              f"{batch} samples per request", flush=True)
+    threads = [threading.Thread(target=_push_job, args=(args, job), daemon=True) for job in jobs]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(15.0 / len(threads))
+        if any(t.is_alive() for t in threads):
+            print("    pushed " + ", ".join(f"{j.fleet.cfg.cluster} {j.stats.rounds_done}/{j.stats.rounds}" for j in jobs), flush=True)
+    for job in jobs:
+        if job.stats.error:
+            raise SystemExit(f"pushing {job.fleet.cfg.cluster}: {job.stats.error}")
+        cpu = job.collector.cpu_seconds()
+        st = job.stats
+        cpu_txt = f", collector {cpu - job.cpu0:.0f} CPU-s so far" if cpu is not None and job.cpu0 is not None else ""
+        print(f"    {job.fleet.cfg.cluster}: {st.gpu_samples:,} GPU-samples in {st.requests} requests, {st.seconds:.0f} s "
+              f"({st.gpu_samples / st.seconds:,.0f}/s{cpu_txt})", flush=True)
+
+
+def _detect_all(args, jobs: list[_Job], t0: float) -> tuple[str, dict[int, list[dict] | None], dict[int, float | None]]:
+    """Wait for the detector(s), then fetch each job's episodes: (the wait's note, episodes and
+    collector CPU-seconds by id of the job)."""
+    since, until = t0 - 1.0, max(j.fleet.t_end for j in jobs) + 3600.0
+    print("  waiting for the detector(s) ...", flush=True)
+    w0 = time.perf_counter()
+    # Each node is judged up to its own last sample: wait for the earliest of those.
+    targets = [(j.collector, {j.fleet.cfg.cluster: min(t[-1] for t in j.fleet.times)}) for j in jobs]
+    ok, note = wait_for_detection(targets, since=since, until=until, timeout=args.wait, settle=args.settle)
+    print(f"    {'done' if ok else 'stopped'} after {time.perf_counter() - w0:.0f} s{': ' + note if note else ''}", flush=True)
+    episodes = {id(j): fetch_episodes(j.collector.url, j.fleet.cfg.cluster, since, until) for j in jobs}
+    cpu = {id(j): (j.collector.cpu_seconds() or 0.0) - (j.cpu0 or 0.0) if j.cpu0 is not None else None for j in jobs}
+    return note, episodes, cpu
+
+
+def _score_run(args, iv: float, faulty: Fleet | None, clean: Fleet | None, jobs: list[_Job], note: str,
+               episodes: dict[int, list[dict] | None], cpu: dict[int, float | None]) -> dict:
+    """One interval's entry of the results: the faulty fleet scored, the fault-free one's flags."""
+    main_fleet = faulty or clean
+    entry: dict = {"interval": iv, "fleet_summary": f"{len(main_fleet.sims)} nodes, {main_fleet.cfg.steps} samples each, "
+                                                     f"{len(faulty.truth) if faulty else 0} injected faults"}
+    if note:
+        entry["detector_note"] = note
+    for job in (j for j in jobs if j.interval == iv):
+        det_eps = episodes[id(job)]
+        if det_eps is None:
+            entry["detector_note"] = "no stragglers endpoint on this collector: Laggard columns empty"
+        base_eps, strict_eps = job.baseline.finish(), job.strict.finish()
+        push_txt = (f"{job.stats.gpu_samples:,} GPU-samples in {job.stats.seconds:.0f} s"
+                    + (f", collector {cpu[id(job)]:.0f} CPU-s" if cpu[id(job)] is not None else ""))
+        if job.faulty:
+            _score_faulty(args, entry, iv, job.fleet, det_eps, base_eps, strict_eps)
+            entry["push"] = push_txt
+        else:
+            entry["clean"] = _clean_flags(det_eps, base_eps, strict_eps, push_txt)
+    if faulty is None:  # --fault-free: only the flags row
+        entry["baseline"] = score([], [], interval=iv, grace=args.grace)
+        entry["detector"] = None
+    return entry
+
+
+def _score_faulty(args, entry: dict, iv: float, fleet: Fleet, det_eps: list[dict] | None, base_eps: list[dict],
+                  strict_eps: list[dict]) -> None:
+    times = node_times(fleet)
+    sc_s = score(fleet.truth, strict_eps, interval=iv, grace=args.grace, times=times)
+    entry["baseline"] = score(fleet.truth, base_eps, interval=iv, grace=args.grace, times=times)
+    entry["baseline_with_power_cap"] = {"overall": sc_s["overall"]}
+    entry["detector"] = None if det_eps is None else score(fleet.truth, det_eps, interval=iv, grace=args.grace, times=times)
+    entry["truth"] = [f.to_json() for f in fleet.truth]
+    entry["episodes"] = {"detector": det_eps, "baseline": base_eps}
+
+
+def _clean_flags(det_eps: list[dict] | None, base_eps: list[dict], strict_eps: list[dict], push_txt: str) -> dict:
+    return {
+        "detector_flags": None if det_eps is None else len(det_eps),
+        "detector_fp": None if det_eps is None else [_fp_record(e, [], 0) for e in det_eps],
+        "baseline_flags": len(base_eps),
+        "baseline_with_power_cap_flags": len(strict_eps),
+        "baseline_by_cause": _by_cause(base_eps),
+        "detector_by_cause": None if det_eps is None else _by_cause(det_eps),
+        "push": push_txt,
+    }
 
 
 def node_times(fleet: Fleet) -> dict[str, list[float]]:

@@ -27,8 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sample import build_batch  # noqa: E402
 from agent.runner import collect  # noqa: E402
+from agent.sample import build_batch  # noqa: E402
 from agent.sim.fleet import SimFleet  # noqa: E402
 from bench.ingest import _free_port, _wait_ready  # noqa: E402
 

@@ -172,18 +172,27 @@ def _post_all(bodies: list[bytes], ports: list[int], clients: int, latencies: li
         raise SystemExit(f"{len(errors)} requests failed, first: {errors[0]}")
 
 
+def _positional_insert_ignore_sql(dialect_name: str, table) -> str:
+    """INSERT ... ON CONFLICT DO NOTHING as driver SQL with positional parameters, for
+    executemany over tuples: the floor measures the database, not the building of dicts."""
+    placeholder = {"sqlite": "?", "postgresql": "%s"}[dialect_name]
+    columns = [c.name for c in table.columns]
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join(placeholder for _ in columns)
+    return f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks}) ON CONFLICT DO NOTHING'
+
+
 def run_floor(bodies: list[bytes], database_url: str, *, gpu_samples: int) -> float:
     """No HTTP, no validation: gunzip + json.loads + executemany, one transaction per body."""
     from server.protocol import GPU_METRICS, NIC_METRICS
     from server.store import migrate
-    from server.store.dialect import positional_insert_ignore_sql
     from server.store.engine import make_engine
     from server.store.schema import GpuSample, NicSample
 
     engine = make_engine(database_url)
     migrate.upgrade(engine)
-    gpu_sql = positional_insert_ignore_sql(engine.dialect.name, GpuSample.__table__)
-    nic_sql = positional_insert_ignore_sql(engine.dialect.name, NicSample.__table__)
+    gpu_sql = _positional_insert_ignore_sql(engine.dialect.name, GpuSample.__table__)
+    nic_sql = _positional_insert_ignore_sql(engine.dialect.name, NicSample.__table__)
     raw = engine.raw_connection()
     _FLOOR_NODES.clear()
     gpu_ids: dict[str, int] = {}
@@ -234,7 +243,8 @@ def _register(cur, table: str, node: str, key: str, new_id: int, ts: float) -> i
     node_id = _FLOOR_NODES.get(node)
     if node_id is None:
         node_id = _FLOOR_NODES[node] = len(_FLOOR_NODES) + 1
-        cur.execute(f"INSERT INTO nodes (id, cluster, name, labels, first_seen, last_seen) VALUES ({ph}, 'bench', {ph}, '{{}}', {ph}, {ph})", (node_id, node, ts, ts))
+        cur.execute(f"INSERT INTO nodes (id, cluster, name, labels, first_seen, last_seen) VALUES ({ph}, 'bench', {ph}, '{{}}', {ph}, {ph})",
+                    (node_id, node, ts, ts))
     if table == "gpus":
         cur.execute(f'INSERT INTO gpus (id, uuid, node_id, "index", first_seen) VALUES ({ph}, {ph}, {ph}, 0, {ph})', (new_id, key, node_id, ts))
     else:

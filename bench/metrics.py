@@ -29,10 +29,9 @@ from sqlalchemy import insert  # noqa: E402
 
 from agent.metrics import render  # noqa: E402
 from server.app import create_app  # noqa: E402
-from server.store import counters  # noqa: E402
 from server.serve import start_in_thread  # noqa: E402
 from server.settings import Settings  # noqa: E402
-from server.store import migrate, schema  # noqa: E402
+from server.store import counters, migrate, schema  # noqa: E402
 from server.store.engine import make_engine  # noqa: E402
 
 GPUS_PER_NODE = 8

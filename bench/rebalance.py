@@ -47,7 +47,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 import httpx
 import orjson
 

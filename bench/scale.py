@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import statistics
 import sys
 import time
-import resource
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

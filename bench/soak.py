@@ -108,9 +108,9 @@ def run(args: argparse.Namespace, url: str, agent_token: str, read_token: str, t
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {read_token}"}, timeout=30) as monitor:
             while (elapsed := time.monotonic() - started) < args.duration:
                 time.sleep(min(10.0, args.duration - elapsed))
-                timeline.append(_observe(monitor, server.pid, time.monotonic() - started, agents))
-                print(f"  {timeline[-1]['t_s']:5.0f}s  rss {timeline[-1]['rss_mb']:6.1f} MB (anon {timeline[-1]['rss_anon_mb']:.1f})  acked {timeline[-1]['acked_samples']}  "
-                      f"failed pushes {timeline[-1]['failed_attempts']}", flush=True)
+                timeline.append(now := _observe(monitor, server.pid, time.monotonic() - started, agents))
+                print(f"  {now['t_s']:5.0f}s  rss {now['rss_mb']:6.1f} MB (anon {now['rss_anon_mb']:.1f})  acked {now['acked_samples']}  "
+                      f"failed pushes {now['failed_attempts']}", flush=True)
     finally:
         stop.set()
         for pusher, thread in agents:

@@ -58,7 +58,7 @@ def stat(title: str, expr: str, *, unit: str | None = None, desc: str = "", w: i
 
 
 def series(title: str, *targets_: tuple[str, str], unit: str | None = None, desc: str = "", w: int = 12, **kw) -> dict:
-    return panel("timeseries", title, [target(e, l) for e, l in targets_], unit=unit, desc=desc, w=w, **kw)
+    return panel("timeseries", title, [target(expr, legend) for expr, legend in targets_], unit=unit, desc=desc, w=w, **kw)
 
 
 def heatmap(title: str, expr: str, legend: str, *, unit: str, desc: str) -> dict:

@@ -33,9 +33,9 @@ from server.api import (
 )
 from server.api.text_params import refuse_control_characters
 from server.auth.guard import Authenticator, require
-from server.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
+from server.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.detect.service import DetectionService
 from server.errors import ApiError, pydantic_details
 from server.hints.held import held_fault_ids

@@ -137,7 +137,6 @@ def _supervise_workers(settings: Settings, common: dict, writer) -> int:
     # connections over them. On uvicorn's one shared socket the first worker to wake accepts a
     # whole burst, and keep-alive connections stay where they landed: 16 agents connecting at
     # once often ended up 14-16 on one worker. The loop below is uvicorn's supervisor, cut down.
-    from uvicorn._subprocess import get_subprocess
     from uvicorn.config import STARTUP_FAILURE
 
     config = uvicorn.Config("server.app:create_app_from_env", factory=True, **common)
@@ -150,7 +149,7 @@ def _supervise_workers(settings: Settings, common: dict, writer) -> int:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((settings.host, port))
         port = sock.getsockname()[1]  # --port 0: the others join the first one's port
-        worker = get_subprocess(config, target=uvicorn.Server(config).run, sockets=[sock])
+        worker = multiprocessing.get_context("spawn").Process(target=_serve_worker, args=(config, [sock]), name="laggard-worker")
         worker.start()
         sock.close()  # the worker has its own copy
         return worker
@@ -180,6 +179,15 @@ def _supervise_workers(settings: Settings, common: dict, writer) -> int:
     for worker in workers:
         worker.join()
     return 1 if failed else 0
+
+
+def _serve_worker(config, sockets: list) -> None:
+    """A worker process: uvicorn's logging is set up again in the child, then the app is served
+    on the socket the supervisor bound for it (public uvicorn API only)."""
+    import uvicorn
+
+    config.configure_logging()
+    uvicorn.Server(config).run(sockets=sockets)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:

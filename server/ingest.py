@@ -18,7 +18,8 @@ from server.store.samples import UnresolvedBatch, unresolved_rows
 def content_is_gzip(content_encoding: str | None) -> bool:
     encoding = (content_encoding or "identity").strip().lower()
     if encoding not in {"identity", "gzip"}:
-        raise ApiError(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none", loc=["header", "content-encoding"], type="unsupported_encoding")
+        raise ApiError(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none", loc=["header", "content-encoding"],
+                       type="unsupported_encoding")
     return encoding == "gzip"
 
 

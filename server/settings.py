@@ -8,8 +8,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from server.admission_settings import IngestLimits
 from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
-from server.metrics.settings import MetricsSettings
 from server.hints.settings import HintSettings
+from server.metrics.settings import MetricsSettings
 from server.store.engine import SQLITE_MMAP_MB
 
 MIB = 1024 * 1024

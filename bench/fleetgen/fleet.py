@@ -10,11 +10,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from random import Random
 
-from bench.fleetgen.faults import Fault, schedule
 from bench.fleetgen.churn import add_churn
+from bench.fleetgen.faults import Fault, schedule
 from bench.fleetgen.layout import Layout, NodeSpec, make_layout, pauses
 from bench.fleetgen.sim import NodeSim
-from bench.fleetgen.timing import send_plan, sample_times
+from bench.fleetgen.timing import sample_times, send_plan
 
 AGENT = {"version": "0.1.0", "driver": "550.54.15", "cuda": "12.4"}
 

@@ -116,12 +116,27 @@ def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
     """Half H100, a quarter H200, a quarter A100 (contiguous blocks, as racks are bought);
     about one idle node in twelve; jobs of 3-6 nodes of one model, one job mixing A100 and
     H100 nodes. The churn (bench/fleetgen/churn.py) is drawn on top of it, from the same rng."""
+    nodes = _racked_nodes(_models(n_nodes), rng)
+    groups = _job_groups(nodes, _idle_nodes(nodes), rng)
+    jobs = []
+    for j, members in enumerate(groups):
+        job = _job(f"train-{chr(ord('a') + j)}", members, duration, rng)
+        jobs.append(job)
+        for i in members:
+            nodes[i].job = job
+    return Layout(nodes, jobs)
+
+
+def _models(n_nodes: int) -> list[Model]:
     if n_nodes < 4:
-        models = [H100] * n_nodes
-    else:
-        n_h100 = math.ceil(n_nodes * 0.5)
-        n_h200 = round(n_nodes * 0.25)
-        models = [H100] * n_h100 + [H200] * n_h200 + [A100] * (n_nodes - n_h100 - n_h200)
+        return [H100] * n_nodes
+    n_h100 = math.ceil(n_nodes * 0.5)
+    n_h200 = round(n_nodes * 0.25)
+    return [H100] * n_h100 + [H200] * n_h200 + [A100] * (n_nodes - n_h100 - n_h200)
+
+
+def _racked_nodes(models: list[Model], rng: Random) -> list[NodeSpec]:
+    """The nodes in racks of NODES_PER_RACK, each rack with its own inlet temperature offset."""
     racks: dict[int, float] = {}
     nodes = []
     for i, model in enumerate(models):
@@ -129,25 +144,28 @@ def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
         if r not in racks:
             racks[r] = rng.uniform(-2.0, 2.5)
         nodes.append(NodeSpec(i, f"gpu-node-{i:03d}", model, f"r{r:02d}", racks[r]))
+    return nodes
 
-    idle: set[int] = set()
-    if n_nodes >= 6:
-        k_idle = max(1, round(n_nodes / 12))
-        candidates = [n.idx for n in nodes if n.idx == n_nodes - 1 or nodes[n.idx + 1].model is not n.model]
-        candidates += [n.idx for n in nodes if n.idx not in candidates and n.idx % 7 == 3]
-        idle = set(candidates[:k_idle])
 
+def _idle_nodes(nodes: list[NodeSpec]) -> set[int]:
+    """About one node in twelve runs no job: the last of a model's block first."""
+    n_nodes = len(nodes)
+    if n_nodes < 6:
+        return set()
+    k_idle = max(1, round(n_nodes / 12))
+    candidates = [n.idx for n in nodes if n.idx == n_nodes - 1 or nodes[n.idx + 1].model is not n.model]
+    candidates += [n.idx for n in nodes if n.idx not in candidates and n.idx % 7 == 3]
+    return set(candidates[:k_idle])
+
+
+def _job_groups(nodes: list[NodeSpec], idle: set[int], rng: Random) -> list[list[int]]:
+    """The nodes of each job: runs of 3-6 nodes of one model's block, then the mixed job."""
     blocks: dict[str, list[int]] = {}
     for n in nodes:
         if n.idx not in idle:
             blocks.setdefault(n.model.key, []).append(n.idx)
+    mixed = _take_mixed(blocks)
     groups: list[list[int]] = []
-    h100, a100 = blocks.get("h100", []), blocks.get("a100", [])
-    if len(a100) >= 4 and len(h100) >= 5:
-        mixed = h100[-2:] + a100[-2:]
-        blocks["h100"], blocks["a100"] = h100[:-2], a100[:-2]
-    else:
-        mixed = []
     for key in ("h100", "h200", "a100"):
         members = blocks.get(key, [])
         while members:
@@ -156,14 +174,17 @@ def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
             members = members[size:]
     if mixed:
         groups.append(mixed)
+    return groups
 
-    jobs = []
-    for j, members in enumerate(groups):
-        job = _job(f"train-{chr(ord('a') + j)}", members, duration, rng)
-        jobs.append(job)
-        for i in members:
-            nodes[i].job = job
-    return Layout(nodes, jobs)
+
+def _take_mixed(blocks: dict[str, list[int]]) -> list[int]:
+    """The job mixing A100 and H100 nodes (the last two of each block), taken out of the
+    blocks; none where the blocks are too small to spare them."""
+    h100, a100 = blocks.get("h100", []), blocks.get("a100", [])
+    if len(a100) >= 4 and len(h100) >= 5:
+        blocks["h100"], blocks["a100"] = h100[:-2], a100[:-2]
+        return h100[-2:] + a100[-2:]
+    return []
 
 
 def _job(name: str, members: list[int], duration: float, rng: Random) -> Job:

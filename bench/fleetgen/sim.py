@@ -12,9 +12,8 @@ from random import Random
 
 from bench.fleetgen.faults import Fault
 from bench.fleetgen.layout import BUSY, WORKING, NodeSpec
+from bench.fleetgen.models import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL, SXM_BUS_IDS, Model
 from bench.fleetgen.phases import OFF, dot, ib_rates, nvlink_rates, occupancy, state
-from bench.fleetgen.models import (HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL,
-                                   SXM_BUS_IDS)
 
 WARMUP_C_PER_HOUR = 8.0  # the fleet's inlet air warms this much over the hour
 TAU_S = 30.0  # thermal time constant of a GPU and its heatsink
@@ -42,6 +41,31 @@ class _Tick:
     """What one sample of the node shares across its GPUs and ports."""
 
     __slots__ = ("ts", "gap", "off", "st", "occ", "warm", "alpha", "alpha_fast", "nvl", "reset")
+
+
+class _Reading:
+    """One GPU's sample as it is being built: the job's state sets it, then its faults change it."""
+
+    __slots__ = ("busy", "limit", "util", "umem", "bits", "clock", "power", "pcie", "pcie_gen", "pcie_width", "mem_used",
+                 "links_up", "nvl_factor", "target_override", "xids")
+
+    def __init__(self, m: Model, *, busy: bool, limit: float):
+        self.busy = busy
+        self.limit = limit
+        self.pcie_gen, self.pcie_width = m.pcie_gen_max, 16
+        self.links_up = m.nvlink_links
+        self.nvl_factor = 1.0
+        self.target_override = None  # a temperature a fault forces, instead of the power's
+        self.xids: list[dict] = []
+
+
+def _count_gpu_noise(g: _Gpu, kind: str, u: float) -> None:
+    if kind == "nvlink_crc":
+        g.crc += 1 if u < 0.8 else 2
+    elif kind == "pcie_replay":
+        g.pcie_replay += 1
+    elif kind == "ecc_corrected":
+        g.ecc_c += 1 if u < 0.7 else 2
 
 
 def _uid(*parts) -> str:
@@ -188,173 +212,251 @@ class NodeSim:
         return m.temp_idle + (m.temp_busy - m.temp_idle) * load + g.cool + self.spec.rack_offset + warm
 
     def _gpu(self, g: _Gpu, t: _Tick, fl, noise) -> dict | None:
-        m, rng, job, st, ts = self.model, self.rng, self.spec.job, t.st, t.ts
         if t.reset:  # the driver came back: every NVML counter of the GPU starts again
             g.nvl_tx = g.nvl_rx = g.crc = g.replay = g.recovery = g.pcie_replay = g.ecc_c = g.ecc_u = 0
             g.pending = False
-        limit = m.power_limit
         for f in fl:
             if f.cause == "lost":
-                if f.variant == "vanished":
-                    return None
-                return {"index": g.index, "uuid": g.uuid, "model": m.name, "pci_bus_id": g.bus, "lost": True}
-            if f.variant in ("limit_low", "limit_12pct"):
-                limit = float(round(m.power_limit * f.param))
-
-        busy = st in BUSY
-        pcie_gen, pcie_width = m.pcie_gen_max, 16
-        if busy:
-            demand = job.compute_demand if st == "compute" else job.comm_demand if st == "comm" else job.eval_demand
-            demand *= m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.005)
-            if demand >= limit:
-                power = limit * rng.uniform(0.975, 0.998)
-                clock = m.sm_max * (limit / demand) ** 0.7
-                bits = SW_POWER_CAP
-            else:
-                power = demand
-                clock = m.sm_max - 15 * rng.randint(0, 1)
-                bits = 0
-            if st == "compute":
-                util = 100 - rng.randint(0, 2)
-                umem = job.mem_util * rng.gauss(1.0, 0.05)
-            elif st == "comm":
-                util = job.comm_util + rng.randint(-4, 4)
-                umem = job.mem_util * 0.4 * rng.gauss(1.0, 0.1)
-            else:  # evaluation: forward passes, lighter and below the cap
-                util = job.eval_util + rng.randint(-5, 5)
-                umem = job.mem_util * 0.6 * rng.gauss(1.0, 0.1)
-            pcie = job.pcie_bps * max(0.2, rng.gauss(1.0, 0.2))
-            mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
-        elif st == "ckpt_in":  # the pause began within this sample: partly busy, clocks already down
-            util, umem, bits = rng.randint(20, 60), rng.uniform(5, 15), 0
-            clock, power = m.sm_idle, m.power_idle * rng.uniform(1.8, 2.5)
-            pcie = rng.uniform(4e9, 10e9)
-            mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
-        elif st == "ckpt_out":  # work resumed within this sample: partly busy, boost clock
-            util, umem, bits = rng.randint(30, 65), rng.uniform(5, 20), 0
-            clock, power = m.sm_max - 15 * rng.randint(0, 2), limit * rng.uniform(0.35, 0.5)
-            pcie = job.pcie_bps * rng.uniform(0.5, 2.0)
-            mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
-        elif st == "ckpt":  # checkpoint: the job's GPUs idle while the state is copied out
-            util, umem, bits = 0, 0.0, IDLE
-            clock, power = m.sm_idle, m.power_idle * rng.uniform(1.05, 1.25)
-            pcie = rng.uniform(6e9, 12e9)
-            pcie_gen = m.pcie_gen_idle
-            mem_used = int(m.mem_total * (job.mem_frac + g.mem_var))
-        else:  # no job
-            util, umem, bits = 0, 0.0, IDLE
-            clock, power = m.sm_idle, m.power_idle * rng.gauss(1.0, 0.03)
-            pcie = rng.uniform(2e4, 2e5)
-            pcie_gen = m.pcie_gen_idle
-            mem_used = m.mem_reserved
-
-        links_up = m.nvlink_links
-        nvl_factor = 1.0
-        target_override = None
-        xids = []
+                return self._lost(g, f)
+        r = _Reading(self.model, busy=t.st in BUSY, limit=self._power_limit(fl))
+        self._load(g, r, t.st)
         for f in fl:
-            c, v, first = f.cause, f.variant, ts == f.start
-            frng = self.frng
-            if c == "thermal":
-                if busy:
-                    bits = (bits & ~SW_POWER_CAP) | (HW_THERMAL | HW_SLOWDOWN | SW_THERMAL if v == "hw_thermal" else SW_THERMAL)
-                    clock *= f.param
-                    power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
-                    target_override = (self._temp_target(g, 1.0, t.warm) + 12.0 if v == "hot"
-                                       else (90.0 if v == "hw_thermal" else 86.0) + g.cool * 0.3)
-                    g.fast_until = f.end + 30.0
-            elif c == "power":
-                if v in ("brake", "node_brake"):
-                    bits = (bits & ~(IDLE | SW_POWER_CAP)) | HW_SLOWDOWN | HW_POWER_BRAKE
-                    clock = m.sm_max * f.param
-                    power = m.power_idle * (1.6 if busy else 1.0) * frng.uniform(0.97, 1.03)
-            elif c == "hw_slowdown":
-                bits |= HW_SLOWDOWN
-                if busy:
-                    bits &= ~SW_POWER_CAP
-                    clock *= f.param
-                    power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
-            elif c == "clock":
-                if busy:
-                    bits &= ~SW_POWER_CAP
-                    clock *= f.param
-                    power = m.power_idle + (power - m.power_idle) * f.param ** 1.5
-            elif c == "nvlink":
-                if v == "links_down":
-                    links_up = m.nvlink_links - int(f.param)
-                    nvl_factor *= links_up / m.nvlink_links
-                    if first:
-                        g.recovery += int(f.param)
-                elif v == "bw_low":
-                    nvl_factor *= f.param
-                elif busy:
-                    if v == "crc_rising":
-                        g.crc += max(1, _poisson(frng, f.param * t.gap))
-                        g.replay += _poisson(frng, 0.2 * f.param * t.gap)
-                        nvl_factor *= 0.93
-                    elif v == "replay_rising":
-                        g.replay += max(1, _poisson(frng, f.param * t.gap))
-                        nvl_factor *= 0.9
-            elif c == "pcie":
-                if v == "gen_down":
-                    pcie_gen = min(pcie_gen, m.pcie_gen_max - 2)
-                    pcie = min(pcie, 4e9)
-                elif v == "width_down":
-                    pcie_width = 8
-                elif busy:
-                    g.pcie_replay += max(1, _poisson(frng, f.param * t.gap))
-            elif c == "ecc":
-                g.pending = True
-                if v == "uncorrected":
-                    if first or ts == self.fault_mid[f.id]:
-                        g.ecc_u += 1
-                elif first:
-                    g.ecc_c += frng.randint(8, 20)
-            elif c == "xid" and first:
-                xids.append({"xid": int(f.param), "ts": round(ts - frng.uniform(0.0, t.gap), 3)})
+            effect = self._FAULT_EFFECTS.get(f.cause)
+            if effect is not None:
+                effect(self, g, r, f, t)
         if not any(f.cause == "ecc" for f in fl):
             g.pending = False  # rows remapped at the GPU reset that ended the fault
+        self._gpu_noise(g, r, t, noise)
+        return self._gpu_record(g, r, t)
 
+    def _lost(self, g: _Gpu, f: Fault) -> dict | None:
+        if f.variant == "vanished":
+            return None
+        return {"index": g.index, "uuid": g.uuid, "model": self.model.name, "pci_bus_id": g.bus, "lost": True}
+
+    def _power_limit(self, fl) -> float:
+        limit = self.model.power_limit
+        for f in fl:
+            if f.variant in ("limit_low", "limit_12pct"):
+                limit = float(round(self.model.power_limit * f.param))
+        return limit
+
+    # --- what the GPU does in each state of its job -----------------------------------------
+
+    def _load(self, g: _Gpu, r: _Reading, st: str) -> None:
+        if r.busy:
+            self._busy_load(g, r, st)
+        elif st == "ckpt_in":
+            self._ckpt_in_load(g, r)
+        elif st == "ckpt_out":
+            self._ckpt_out_load(g, r)
+        elif st == "ckpt":
+            self._ckpt_load(g, r)
+        else:
+            self._no_job_load(r)
+
+    def _job_mem_used(self, g: _Gpu) -> int:
+        return int(self.model.mem_total * (self.spec.job.mem_frac + g.mem_var))
+
+    def _busy_load(self, g: _Gpu, r: _Reading, st: str) -> None:
+        self._busy_power(g, r, st)
+        self._busy_utilisation(r, st)
+        r.pcie = self.spec.job.pcie_bps * max(0.2, self.rng.gauss(1.0, 0.2))
+        r.mem_used = self._job_mem_used(g)
+
+    def _busy_power(self, g: _Gpu, r: _Reading, st: str) -> None:
+        m, rng, job = self.model, self.rng, self.spec.job
+        demand = job.compute_demand if st == "compute" else job.comm_demand if st == "comm" else job.eval_demand
+        demand *= m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.005)
+        if demand >= r.limit:
+            r.power = r.limit * rng.uniform(0.975, 0.998)
+            r.clock = m.sm_max * (r.limit / demand) ** 0.7
+            r.bits = SW_POWER_CAP
+        else:
+            r.power = demand
+            r.clock = m.sm_max - 15 * rng.randint(0, 1)
+            r.bits = 0
+
+    def _busy_utilisation(self, r: _Reading, st: str) -> None:
+        rng, job = self.rng, self.spec.job
+        if st == "compute":
+            r.util = 100 - rng.randint(0, 2)
+            r.umem = job.mem_util * rng.gauss(1.0, 0.05)
+        elif st == "comm":
+            r.util = job.comm_util + rng.randint(-4, 4)
+            r.umem = job.mem_util * 0.4 * rng.gauss(1.0, 0.1)
+        else:  # evaluation: forward passes, lighter and below the cap
+            r.util = job.eval_util + rng.randint(-5, 5)
+            r.umem = job.mem_util * 0.6 * rng.gauss(1.0, 0.1)
+
+    def _ckpt_in_load(self, g: _Gpu, r: _Reading) -> None:
+        """The pause began within this sample: partly busy, clocks already down."""
+        m, rng = self.model, self.rng
+        r.util, r.umem, r.bits = rng.randint(20, 60), rng.uniform(5, 15), 0
+        r.clock, r.power = m.sm_idle, m.power_idle * rng.uniform(1.8, 2.5)
+        r.pcie = rng.uniform(4e9, 10e9)
+        r.mem_used = self._job_mem_used(g)
+
+    def _ckpt_out_load(self, g: _Gpu, r: _Reading) -> None:
+        """Work resumed within this sample: partly busy, boost clock."""
+        m, rng = self.model, self.rng
+        r.util, r.umem, r.bits = rng.randint(30, 65), rng.uniform(5, 20), 0
+        r.clock, r.power = m.sm_max - 15 * rng.randint(0, 2), r.limit * rng.uniform(0.35, 0.5)
+        r.pcie = self.spec.job.pcie_bps * rng.uniform(0.5, 2.0)
+        r.mem_used = self._job_mem_used(g)
+
+    def _ckpt_load(self, g: _Gpu, r: _Reading) -> None:
+        """Checkpoint: the job's GPUs idle while the state is copied out."""
+        m, rng = self.model, self.rng
+        r.util, r.umem, r.bits = 0, 0.0, IDLE
+        r.clock, r.power = m.sm_idle, m.power_idle * rng.uniform(1.05, 1.25)
+        r.pcie = rng.uniform(6e9, 12e9)
+        r.pcie_gen = m.pcie_gen_idle
+        r.mem_used = self._job_mem_used(g)
+
+    def _no_job_load(self, r: _Reading) -> None:
+        m, rng = self.model, self.rng
+        r.util, r.umem, r.bits = 0, 0.0, IDLE
+        r.clock, r.power = m.sm_idle, m.power_idle * rng.gauss(1.0, 0.03)
+        r.pcie = rng.uniform(2e4, 2e5)
+        r.pcie_gen = m.pcie_gen_idle
+        r.mem_used = m.mem_reserved
+
+    # --- what each fault cause does to the GPU's reading -----------------------------------
+
+    def _slow_down(self, r: _Reading, factor: float) -> None:
+        """SM clock times `factor`; the power above idle falls faster than the clock."""
+        r.clock *= factor
+        r.power = self.model.power_idle + (r.power - self.model.power_idle) * factor ** 1.5
+
+    def _thermal_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        if not r.busy:
+            return
+        v = f.variant
+        r.bits = (r.bits & ~SW_POWER_CAP) | (HW_THERMAL | HW_SLOWDOWN | SW_THERMAL if v == "hw_thermal" else SW_THERMAL)
+        self._slow_down(r, f.param)
+        r.target_override = (self._temp_target(g, 1.0, t.warm) + 12.0 if v == "hot"
+                             else (90.0 if v == "hw_thermal" else 86.0) + g.cool * 0.3)
+        g.fast_until = f.end + 30.0
+
+    def _power_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        if f.variant not in ("brake", "node_brake"):
+            return  # a lowered limit: already in the reading's limit
+        m = self.model
+        r.bits = (r.bits & ~(IDLE | SW_POWER_CAP)) | HW_SLOWDOWN | HW_POWER_BRAKE
+        r.clock = m.sm_max * f.param
+        r.power = m.power_idle * (1.6 if r.busy else 1.0) * self.frng.uniform(0.97, 1.03)
+
+    def _hw_slowdown_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        r.bits |= HW_SLOWDOWN
+        if r.busy:
+            r.bits &= ~SW_POWER_CAP
+            self._slow_down(r, f.param)
+
+    def _clock_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        if r.busy:
+            r.bits &= ~SW_POWER_CAP
+            self._slow_down(r, f.param)
+
+    def _nvlink_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        v = f.variant
+        if v == "links_down":
+            r.links_up = self.model.nvlink_links - int(f.param)
+            r.nvl_factor *= r.links_up / self.model.nvlink_links
+            if t.ts == f.start:
+                g.recovery += int(f.param)
+        elif v == "bw_low":
+            r.nvl_factor *= f.param
+        elif r.busy:
+            self._nvlink_errors(g, r, f, t)
+
+    def _nvlink_errors(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        frng = self.frng
+        if f.variant == "crc_rising":
+            g.crc += max(1, _poisson(frng, f.param * t.gap))
+            g.replay += _poisson(frng, 0.2 * f.param * t.gap)
+            r.nvl_factor *= 0.93
+        elif f.variant == "replay_rising":
+            g.replay += max(1, _poisson(frng, f.param * t.gap))
+            r.nvl_factor *= 0.9
+
+    def _pcie_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        v = f.variant
+        if v == "gen_down":
+            r.pcie_gen = min(r.pcie_gen, self.model.pcie_gen_max - 2)
+            r.pcie = min(r.pcie, 4e9)
+        elif v == "width_down":
+            r.pcie_width = 8
+        elif r.busy:
+            g.pcie_replay += max(1, _poisson(self.frng, f.param * t.gap))
+
+    def _ecc_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        first = t.ts == f.start
+        g.pending = True
+        if f.variant == "uncorrected":
+            if first or t.ts == self.fault_mid[f.id]:
+                g.ecc_u += 1
+        elif first:
+            g.ecc_c += self.frng.randint(8, 20)
+
+    def _xid_fault(self, g: _Gpu, r: _Reading, f: Fault, t: _Tick) -> None:
+        if t.ts == f.start:
+            r.xids.append({"xid": int(f.param), "ts": round(t.ts - self.frng.uniform(0.0, t.gap), 3)})
+
+    # A lost GPU reports nothing else (_gpu returns before these); a port's faults are _nic's.
+    _FAULT_EFFECTS = {
+        "thermal": _thermal_fault, "power": _power_fault, "hw_slowdown": _hw_slowdown_fault, "clock": _clock_fault,
+        "nvlink": _nvlink_fault, "pcie": _pcie_fault, "ecc": _ecc_fault, "xid": _xid_fault,
+    }
+
+    # --- the healthy fleet's noise, and the record ------------------------------------------
+
+    def _gpu_noise(self, g: _Gpu, r: _Reading, t: _Tick, noise) -> None:
         for kind, who, u in noise:
             if kind == "xid_app":
                 # An application error lands on one GPU of a working job, never on a faulty one.
-                if busy and who == -1 and int(u * 8) == g.index and not self._faulty_near(g.index, ts):
-                    xids.append({"xid": APP_XIDS[int(u * 1000) % 3], "ts": round(ts - u * t.gap, 3)})
+                if r.busy and who == -1 and int(u * 8) == g.index and not self._faulty_near(g.index, t.ts):
+                    r.xids.append({"xid": APP_XIDS[int(u * 1000) % 3], "ts": round(t.ts - u * t.gap, 3)})
             elif who == g.index:
-                if kind == "nvlink_crc":
-                    g.crc += 1 if u < 0.8 else 2
-                elif kind == "pcie_replay":
-                    g.pcie_replay += 1
-                elif kind == "ecc_corrected":
-                    g.ecc_c += 1 if u < 0.7 else 2
+                _count_gpu_noise(g, kind, u)
 
+    def _settle_temp(self, g: _Gpu, r: _Reading, t: _Tick) -> int:
+        """The GPU's temperature after this sample's interval, as the sensor reads it."""
+        m = self.model
         # Temperature: first order towards what the power and the air ask for.
-        load = max(0.0, (power - m.power_idle) / (m.power_limit - m.power_idle))
-        target = target_override if target_override is not None else self._temp_target(g, load, t.warm)
-        g.temp += (target - g.temp) * (t.alpha_fast if ts < g.fast_until else t.alpha)
-        temp = int(round(g.temp + rng.gauss(0.0, 0.4)))
+        load = max(0.0, (r.power - m.power_idle) / (m.power_limit - m.power_idle))
+        target = r.target_override if r.target_override is not None else self._temp_target(g, load, t.warm)
+        g.temp += (target - g.temp) * (t.alpha_fast if t.ts < g.fast_until else t.alpha)
+        return int(round(g.temp + self.rng.gauss(0.0, 0.4)))
 
-        moved = int(t.nvl * nvl_factor * rng.gauss(1.0, 0.03)) // 1024 * 1024
+    def _move_nvlink(self, g: _Gpu, r: _Reading, t: _Tick) -> None:
+        rng = self.rng
+        moved = int(t.nvl * r.nvl_factor * rng.gauss(1.0, 0.03)) // 1024 * 1024
         g.nvl_tx += moved
         g.nvl_rx += int(moved * rng.uniform(0.98, 1.02)) // 1024 * 1024
-        clock = int(round(clock / 15.0) * 15) if clock >= 300 else int(round(clock))
+
+    def _gpu_record(self, g: _Gpu, r: _Reading, t: _Tick) -> dict:
+        m, rng = self.model, self.rng
+        temp = self._settle_temp(g, r, t)
+        self._move_nvlink(g, r, t)
+        clock = int(round(r.clock / 15.0) * 15) if r.clock >= 300 else int(round(r.clock))
         return {
             "index": g.index, "uuid": g.uuid, "model": m.name, "pci_bus_id": g.bus,
             "temp_c": float(temp), "mem_temp_c": float(int(round(g.temp + m.mem_temp_offset + rng.gauss(0.0, 0.5)))),
-            "power_w": round(power, 2), "power_limit_w": limit,
+            "power_w": round(r.power, 2), "power_limit_w": r.limit,
             "sm_clock_mhz": min(clock, m.sm_max), "sm_clock_max_mhz": m.sm_max,
             "mem_clock_mhz": m.mem_clock, "mem_clock_max_mhz": m.mem_clock,
-            "util_gpu_pct": float(max(0, min(100, util))), "util_mem_pct": float(max(0, min(100, int(umem)))),
-            "mem_used_bytes": mem_used, "mem_total_bytes": m.mem_total,
-            "clocks_event_reasons": bits,
-            "pcie_gen": pcie_gen, "pcie_gen_max": m.pcie_gen_max, "pcie_width": pcie_width, "pcie_width_max": 16,
+            "util_gpu_pct": float(max(0, min(100, r.util))), "util_mem_pct": float(max(0, min(100, int(r.umem)))),
+            "mem_used_bytes": r.mem_used, "mem_total_bytes": m.mem_total,
+            "clocks_event_reasons": r.bits,
+            "pcie_gen": r.pcie_gen, "pcie_gen_max": m.pcie_gen_max, "pcie_width": r.pcie_width, "pcie_width_max": 16,
             "pcie_replay_total": g.pcie_replay,
-            "pcie_tx_bytes_per_s": float(int(pcie) // 1024 * 1024), "pcie_rx_bytes_per_s": float(int(pcie * 0.3) // 1024 * 1024),
-            "nvlink_links_up": links_up, "nvlink_links_total": m.nvlink_links,
+            "pcie_tx_bytes_per_s": float(int(r.pcie) // 1024 * 1024), "pcie_rx_bytes_per_s": float(int(r.pcie * 0.3) // 1024 * 1024),
+            "nvlink_links_up": r.links_up, "nvlink_links_total": m.nvlink_links,
             "nvlink_tx_bytes_total": g.nvl_tx, "nvlink_rx_bytes_total": g.nvl_rx,
             "nvlink_crc_errors_total": g.crc, "nvlink_replay_errors_total": g.replay, "nvlink_recovery_errors_total": g.recovery,
             "ecc_corrected_total": g.ecc_c, "ecc_uncorrected_total": g.ecc_u, "remapped_rows_pending": g.pending,
-            "xids": xids,
+            "xids": r.xids,
         }
 
     def _faulty_near(self, gpu: int, ts: float, margin: float = 180.0) -> bool:

@@ -11,7 +11,6 @@ from alembic import op
 
 from server.store import partitions
 
-
 revision = '0004'
 down_revision = '0003'
 branch_labels = None

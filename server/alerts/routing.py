@@ -147,8 +147,22 @@ def load_routing(*, webhook_urls: str = "", webhook_secret: str | None = None, r
     """Receivers and routes from the settings (LAGGARD_WEBHOOK_URLS, LAGGARD_WEBHOOK_SECRET,
     LAGGARD_ALERTS__ROUTES_FILE). Raises RoutingError naming the problem (never a secret)."""
     env = os.environ if environ is None else environ
+    receivers = _webhook_receivers(webhook_urls, webhook_secret)
+    everywhere = list(receivers)
+    routes: list[Route] = []
+    default: list[str] = []
+    if routes_file:
+        parsed = _parse_routes_file(routes_file)
+        receivers.update(_file_receivers(parsed, receivers, env, webhook_secret, routes_file))
+        routes = [_route(r, i, receivers, routes_file) for i, r in enumerate(parsed.routes)]
+        _check_known(parsed.default_receivers, receivers, f"{routes_file}: default_receivers")
+        default = parsed.default_receivers
+    return Routing(receivers=receivers, routes=tuple(routes), default=tuple(default), everywhere=tuple(everywhere))
+
+
+def _webhook_receivers(webhook_urls: str, webhook_secret: str | None) -> dict[str, Receiver]:
+    """LAGGARD_WEBHOOK_URLS as receivers webhook-1, webhook-2, ..., in that order."""
     receivers: dict[str, Receiver] = {}
-    everywhere = []
     for i, url in enumerate((u.strip() for u in webhook_urls.split(",") if u.strip()), start=1):
         try:
             _ReceiverDoc._http(url)
@@ -156,38 +170,46 @@ def load_routing(*, webhook_urls: str = "", webhook_secret: str | None = None, r
             raise RoutingError(f"LAGGARD_WEBHOOK_URLS item {i}: expected an http:// or https:// URL") from None
         name = f"webhook-{i}"
         receivers[name] = Receiver(name=name, url=url, secret=webhook_secret)
-        everywhere.append(name)
-    routes: list[Route] = []
-    default: list[str] = []
-    if routes_file:
-        doc = _read_doc(routes_file)
-        try:
-            parsed = _RoutingDoc.model_validate(doc)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
-            raise RoutingError(f"{routes_file}: {problems}") from None
-        for r in parsed.receivers:
-            if r.name in receivers:
-                raise RoutingError(f"{routes_file}: receiver name {r.name!r} used twice")
-            receivers[r.name] = Receiver(
-                name=r.name, url=r.url, type=r.type, secret=_secret(r, env, routes_file) or webhook_secret,
-                headers={k: v.get_secret_value() for k, v in r.headers.items()}, timeout_s=r.timeout_s,
-            )
-        for i, r in enumerate(parsed.routes):
-            for name in r.receivers:
-                if name not in receivers:
-                    raise RoutingError(f"{routes_file}: routes.{i} names unknown receiver {name!r}")
-            try:
-                match_re = {k: re.compile(v) for k, v in r.match_re.items()}
-            except re.error as exc:
-                raise RoutingError(f"{routes_file}: routes.{i}.match_re: {exc}") from None
-            match = {k: frozenset([v] if isinstance(v, str) else v) for k, v in r.match.items()}
-            routes.append(Route(receivers=tuple(r.receivers), match=match, match_re=match_re, continue_=r.continue_))
-        for name in parsed.default_receivers:
-            if name not in receivers:
-                raise RoutingError(f"{routes_file}: default_receivers names unknown receiver {name!r}")
-        default = parsed.default_receivers
-    return Routing(receivers=receivers, routes=tuple(routes), default=tuple(default), everywhere=tuple(everywhere))
+    return receivers
+
+
+def _parse_routes_file(routes_file: str) -> _RoutingDoc:
+    doc = _read_doc(routes_file)
+    try:
+        return _RoutingDoc.model_validate(doc)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+        raise RoutingError(f"{routes_file}: {problems}") from None
+
+
+def _file_receivers(parsed: _RoutingDoc, webhook_receivers: Mapping[str, Receiver], env: Mapping[str, str],
+                    webhook_secret: str | None, routes_file: str) -> dict[str, Receiver]:
+    """The routes file's receivers; a name may not repeat one of them or a webhook-N."""
+    receivers: dict[str, Receiver] = {}
+    for r in parsed.receivers:
+        if r.name in receivers or r.name in webhook_receivers:
+            raise RoutingError(f"{routes_file}: receiver name {r.name!r} used twice")
+        receivers[r.name] = Receiver(
+            name=r.name, url=r.url, type=r.type, secret=_secret(r, env, routes_file) or webhook_secret,
+            headers={k: v.get_secret_value() for k, v in r.headers.items()}, timeout_s=r.timeout_s,
+        )
+    return receivers
+
+
+def _route(r: _RouteDoc, i: int, receivers: Mapping[str, Receiver], routes_file: str) -> Route:
+    _check_known(r.receivers, receivers, f"{routes_file}: routes.{i}")
+    try:
+        match_re = {k: re.compile(v) for k, v in r.match_re.items()}
+    except re.error as exc:
+        raise RoutingError(f"{routes_file}: routes.{i}.match_re: {exc}") from None
+    match = {k: frozenset([v] if isinstance(v, str) else v) for k, v in r.match.items()}
+    return Route(receivers=tuple(r.receivers), match=match, match_re=match_re, continue_=r.continue_)
+
+
+def _check_known(names: list[str], receivers: Mapping[str, Receiver], where: str) -> None:
+    for name in names:
+        if name not in receivers:
+            raise RoutingError(f"{where} names unknown receiver {name!r}")
 
 
 def routing_from_settings(settings) -> Routing:

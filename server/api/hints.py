@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from fastapi import APIRouter, Request
 import orjson
+from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from server.errors import ApiError

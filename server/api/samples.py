@@ -7,6 +7,7 @@ import functools
 import time
 
 from fastapi import APIRouter, Request, Response
+
 from server.errors import ApiError
 from server.ingest import content_is_gzip, decode_rows, read_body
 from server.store.engine import database_unavailable, disk_full
@@ -43,7 +44,8 @@ async def _ingest(request: Request) -> Response:
     )
     health = request.app.state.write_health
     try:
-        accepted = await asyncio.wrap_future(writer.submit(*request.app.state.admission.job(decode, request.state.principal, raw=raw, gzipped=gzipped)))
+        job = request.app.state.admission.job(decode, request.state.principal, raw=raw, gzipped=gzipped)
+        accepted = await asyncio.wrap_future(writer.submit(*job))
     except ApiError:
         raise
     except GpuClaimConflict as conflict:
@@ -56,7 +58,8 @@ async def _ingest(request: Request) -> Response:
                            headers={"Retry-After": "30"}) from exc
         if _database_unavailable(exc):
             health.failed(f"database unavailable: {type(exc).__name__}")
-            raise ApiError(503, f"database unavailable: {type(exc).__name__}", loc=["database"], type="unavailable", headers={"Retry-After": "5"}) from exc
+            raise ApiError(503, f"database unavailable: {type(exc).__name__}", loc=["database"], type="unavailable",
+                           headers={"Retry-After": "5"}) from exc
         raise
     health.succeeded()
     return Response(b'{"accepted":%d}' % accepted, media_type="application/json")

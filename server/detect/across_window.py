@@ -49,7 +49,8 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
     for group, values in ports.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=cfg.ib_min_bps, drop=cfg.ib_bw_drop,
                                      z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor)
-        verdicts += [NodeVerdict(node, "network", _finding("network", node, vs, ref, group, span, "ports moving", "per port", gbps) if vs.low else None)
+        verdicts += [NodeVerdict(node, "network",
+                                 _finding("network", node, vs, ref, group, span, "ports moving", "per port", gbps) if vs.low else None)
                      for node, (vs, ref) in judged.items()]
     for group, values in limits.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=1.0, drop=cfg.power_limit_drop, z_min=0.0,

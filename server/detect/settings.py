@@ -8,19 +8,28 @@ from pydantic import BaseModel, Field
 
 class DetectionSettings(BaseModel):
     # --- peers ---------------------------------------------------------------------------
-    min_peers: int = Field(4, description="Busy GPUs (or ports) of one node and peer group needed for peer statistics; fewer use absolute rules only.")
-    stale_after_s: float = Field(30.0, description="A node whose newest sample is this much (sample time) behind its cluster's newest no longer holds back the cluster's judged_until.")
-    lateness_s: float = Field(900.0, description="A node's samples are judged when they arrive, in the node's own order, up to this far (sample time) behind the newest sample of its cluster: a spool replayed after a 10-minute outage is judged like live data. Older ones are stored, counted (laggard_detector_late_samples_total) and not judged.")
-    across_window_s: float = Field(60.0, description="Nodes are compared with the other nodes of their peer group over windows this long, aligned across them (boundaries at multiples of it), their counters interpolated at both ends.")
+    min_peers: int = Field(4, description="Busy GPUs (or ports) of one node and peer group needed for peer statistics; fewer use absolute rules "
+                                          "only.")
+    stale_after_s: float = Field(30.0, description="A node whose newest sample is this much (sample time) behind its cluster's newest no longer "
+                                                   "holds back the cluster's judged_until.")
+    lateness_s: float = Field(900.0, description="A node's samples are judged when they arrive, in the node's own order, up to this far (sample "
+                                                 "time) behind the newest sample of its cluster: a spool replayed after a 10-minute outage is judged "
+                                                 "like live data. Older ones are stored, counted (laggard_detector_late_samples_total) and not "
+                                                 "judged.")
+    across_window_s: float = Field(60.0, description="Nodes are compared with the other nodes of their peer group over windows this long, aligned "
+                                                     "across them (boundaries at multiples of it), their counters interpolated at both ends.")
     across_min_nodes: int = Field(4, description="Steady nodes a peer group needs in a window for the comparison between nodes.")
-    missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as lost.")
+    missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as "
+                                                      "lost.")
 
     # --- persistence -------------------------------------------------------------------
     window_n: int = Field(3, description="Open an episode when k of the last n evaluated instants found the condition...")
     window_k: int = Field(2, description="...k of them...")
-    open_after_s: float = Field(5.0, description="...once the run of hits spans this much sample time: at 1 s sampling a 2-3 s dip is a transient, not a straggler; at 5 s two samples suffice.")
+    open_after_s: float = Field(5.0, description="...once the run of hits spans this much sample time: at 1 s sampling a 2-3 s dip is a transient, "
+                                                 "not a straggler; at 5 s two samples suffice.")
     clear_after: int = Field(3, description="Resolve after this many consecutive clean instants (hysteresis)...")
-    clear_after_s: float = Field(30.0, description="...spanning at least this much sample time, so a fault that shows only in some phases of a training step stays one episode.")
+    clear_after_s: float = Field(30.0, description="...spanning at least this much sample time, so a fault that shows only in some phases of a "
+                                                   "training step stays one episode.")
     rate_window_s: float = Field(60.0, description="Error counters are judged on their increase over this much sample time.")
 
     # --- clocks, thermal, power --------------------------------------------------------
@@ -39,11 +48,16 @@ class DetectionSettings(BaseModel):
     ib_bw_drop: float = Field(0.3, description="Port throughput this far (fraction) below peer ports while its node is busy.")
     ib_wait_factor: float = Field(5.0, description="Transmit-wait this many times the peer median is congestion.")
     # Added with the rules (server/detect/rules): throughput needs a floor and a spread test.
-    bw_z: float = Field(3.0, description="NVLink or port throughput must also be this many robust standard deviations below the peer median: a group whose members do different work (pipeline stages) spreads wide and is not judged.")
+    bw_z: float = Field(3.0, description="NVLink or port throughput must also be this many robust standard deviations below the peer median: a group "
+                                         "whose members do different work (pipeline stages) spreads wide and is not judged.")
     bw_noise_floor: float = Field(0.05, description="Smallest spread assumed for throughput, as a fraction of the peer median.")
-    nvlink_min_bps: float = Field(1e9, description="NVLink throughput is judged only when the peer median moves at least this many bytes/s (a compute phase moves next to nothing).")
+    nvlink_min_bps: float = Field(1e9, description="NVLink throughput is judged only when the peer median moves at least this many bytes/s (a "
+                                                   "compute phase moves next to nothing).")
     ib_min_bps: float = Field(1e8, description="Port throughput is judged only when the peer median moves at least this many bytes/s.")
-    ib_wait_floor_per_s: float = Field(2e5, description="The peer median transmit-wait (ticks/s) is taken as at least this, so congestion needs ib_wait_factor times it (1e6 ticks/s) whatever the peers show: a quiet fabric's near-0 median does not turn a trickle into a huge ratio. The peers are the node's other ports over the same interval, so the ratio itself is trusted down to there.")
+    ib_wait_floor_per_s: float = Field(2e5, description="The peer median transmit-wait (ticks/s) is taken as at least this, so congestion needs "
+                                                        "ib_wait_factor times it (1e6 ticks/s) whatever the peers show: a quiet fabric's near-0 "
+                                                        "median does not turn a trickle into a huge ratio. The peers are the node's other ports over "
+                                                        "the same interval, so the ratio itself is trusted down to there.")
 
     # --- events --------------------------------------------------------------------------
     hardware_xids: list[int] = Field(

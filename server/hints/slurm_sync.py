@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.hints.settings import HintSettings
 from server.hints.render import by_node_name
+from server.hints.settings import HintSettings
 
 log = logging.getLogger(__name__)
 # Values that run to the end of their line in `scontrol show node` (they may hold spaces).

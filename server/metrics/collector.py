@@ -57,7 +57,8 @@ COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
     "laggard_ingest_batches_total": ("Request bodies (batches) committed by ingest.", ("cluster",)),
     "laggard_gpu_xid_errors_total": ("XID events reported per GPU and XID code.", ("cluster", "node", "gpu", "uuid", "xid")),
     REJECTED: ("Ingest requests answered with an error, by HTTP status.", ("code",)),
-    "laggard_detector_late_samples_total": ("Node samples stored but not judged: at or before their node's last judged instant, or more than lateness_s behind their cluster's newest sample.", ("cluster",)),
+    "laggard_detector_late_samples_total": ("Node samples stored but not judged: at or before their node's last judged instant, "
+                                            "or more than lateness_s behind their cluster's newest sample.", ("cluster",)),
     "laggard_ingest_gpu_conflicts_total": ("Batches refused (409) because another node holds one of their GPU UUIDs.", ("cluster",)),
     "laggard_alert_notifications_total": ("Alert notifications attempted, by receiver and result (sent, failed, dropped).",
                                           ("receiver", "result")),
@@ -218,14 +219,14 @@ class LaggardCollector:
             out[(cluster, node)] = (act, min(current, cap))
         return out
 
-    def _derived_capacity(self, state: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    def _derived_capacity(self, state: dict[str, Any]) -> dict[tuple[str, str, int], float]:
         """Without hints: a GPU's capacity from its open episodes' evidence (SM clock against the
         peers' for the performance causes; 0 for a lost GPU)."""
-        caps: dict[tuple[str, str, str], float] = {}
+        caps: dict[tuple[str, str, int], float] = {}
         for ep in state["active"]:
             if ep["gpu"] is None:
                 continue
-            key = (ep["cluster"], ep["node"], str(ep["gpu"]))
+            key = (ep["cluster"], ep["node"], ep["gpu"])
             evidence = ep["evidence"] or {}
             cap = 1.0
             if ep["cause"] == "lost":
@@ -237,29 +238,18 @@ class LaggardCollector:
 
     def _gpu_families(self, state: dict[str, Any]) -> list[Family]:
         nodes = state["nodes"]
-        min_peers = self.settings.detection.min_peers
-        ratio = Family("laggard_gpu_sm_clock_ratio", "gauge", "SM clock as a fraction of its maximum (latest sample).", GPU_LABELS)
-        deviation = Family("laggard_gpu_peer_deviation_ratio", "gauge",
-                           "SM clock ratio relative to the median of its busy peers (same cluster, model and job), minus 1: "
-                           "-0.12 is 12% slower. Busy GPUs in groups of at least min_peers only.", GPU_LABELS)
-        capacity = Family("laggard_gpu_capacity_ratio", "gauge",
-                          "Expected throughput of the GPU relative to a healthy peer, 0 to 1 (scheduler hints).", GPU_LABELS)
-        lost = Family("laggard_gpu_lost", "gauge", "1 when NVML reports the GPU lost or unreachable.", GPU_LABELS)
-        links_up = Family("laggard_gpu_nvlink_links_up", "gauge", "NVLink links active.", GPU_LABELS)
-        links = Family("laggard_gpu_nvlink_links", "gauge", "NVLink links the GPU has.", GPU_LABELS)
-        crc = Family("laggard_gpu_nvlink_crc_errors_total", "counter", "NVLink CRC errors (flit and data), all links.", GPU_LABELS)
+        ratio, deviation, capacity, lost, links_up, links, crc = laggard_gpu = _laggard_gpu_families()
         dcgm_items = []
         xid = Family(XID_FIELD.name, XID_FIELD.type, XID_FIELD.help, DCGM_LABELS)
         groups: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
-        hint_caps = self._hint_capacity(state)
-        derived = self._derived_capacity(state) if hint_caps is None else None
+        caps = self._gpu_capacity(state)
         last_xid = state["last_xid"]
         dcgm_on = self.cfg.dcgm_series
         add_lost, add_cap, add_ratio = lost.add, capacity.add, ratio.add
         add_up, add_links, add_crc, add_dcgm = links_up.add, links.add, crc.add, dcgm_items.append
         cache = self._labels
         fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        group_of: dict[tuple[int, str | None], list] = {}
+        group_of = _PeerGroupMembers(nodes, groups)
         for row in state["gpus"]:
             node = nodes.get(row[1])
             if node is None:
@@ -276,11 +266,7 @@ class LaggardCollector:
             labels, dlabels = pair
             is_lost = bool(m["lost"])
             add_lost(labels, int(is_lost))
-            if hint_caps is not None:
-                cap = hint_caps.get((cluster, hostname, index), 1.0)
-            else:
-                cap = derived.get((cluster, hostname, gpu), 1.0)
-            add_cap(labels, 0.0 if is_lost else cap)
+            add_cap(labels, 0.0 if is_lost else caps.get((cluster, hostname, index), 1.0))
             if dcgm_on:
                 add_dcgm((dlabels, {} if is_lost else m))
                 if row[0] in last_xid:
@@ -293,10 +279,7 @@ class LaggardCollector:
                 add_ratio(labels, r)
                 util, reasons = m["util_gpu_pct"], m["clocks_event_reasons"]
                 if is_busy(util, reasons):
-                    members = group_of.get((row[1], model))
-                    if members is None:  # peers: same cluster, model and job, as the detector's
-                        members = group_of[(row[1], model)] = groups[peer_group(cluster=cluster, model=model, labels=node[3] or {})]
-                    members.append((labels, r))
+                    group_of[(row[1], model)].append((labels, r))
             if (v := m["nvlink_links_up"]) is not None:
                 add_up(labels, v)
             if (v := m["nvlink_links_total"]) is not None:
@@ -304,17 +287,19 @@ class LaggardCollector:
             if (v := m["nvlink_crc_errors_total"]) is not None:
                 add_crc(labels, v)
         self._labels = fresh
-        for members in groups.values():
-            if len(members) < max(min_peers, 2):
-                continue
-            median = statistics.median(r for _, r in members)
-            if median > 0:
-                deviation.keys += [labels for labels, _ in members]
-                deviation.values += [r / median - 1.0 for _, r in members]
-        out = [ratio, deviation, capacity, lost, links_up, links, crc]
-        if self.cfg.dcgm_series:
-            out = dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series) + [xid] + out
-        return out
+        _add_peer_deviation(deviation, groups, self.settings.detection.min_peers)
+        return self._with_dcgm_families(list(laggard_gpu), dcgm_items, xid)
+
+    def _gpu_capacity(self, state: dict[str, Any]) -> dict[tuple[str, str, int], float]:
+        """Each GPU's capacity by (cluster, node, index): the hints' where there are hints, else
+        derived from the open episodes. A GPU not in it has capacity 1."""
+        hint_caps = self._hint_capacity(state)
+        return self._derived_capacity(state) if hint_caps is None else hint_caps
+
+    def _with_dcgm_families(self, out: list[Family], dcgm_items: list, xid: Family) -> list[Family]:
+        if not self.cfg.dcgm_series:
+            return out
+        return dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series) + [xid] + out
 
     @staticmethod
     def _hint_capacity(state: dict[str, Any]) -> dict[tuple[str, str, int], float] | None:
@@ -406,6 +391,51 @@ class LaggardCollector:
             pending.add((name,), n)
             oldest.add((name,), 0.0 if first is None else max(0.0, now - first))
         return [pending, oldest]
+
+
+def _laggard_gpu_families() -> tuple[Family, ...]:
+    """Laggard's own per-GPU families, empty, in exposition order: ratio, deviation, capacity,
+    lost, NVLink links up, links, CRC errors."""
+    return (
+        Family("laggard_gpu_sm_clock_ratio", "gauge", "SM clock as a fraction of its maximum (latest sample).", GPU_LABELS),
+        Family("laggard_gpu_peer_deviation_ratio", "gauge",
+               "SM clock ratio relative to the median of its busy peers (same cluster, model and job), minus 1: "
+               "-0.12 is 12% slower. Busy GPUs in groups of at least min_peers only.", GPU_LABELS),
+        Family("laggard_gpu_capacity_ratio", "gauge",
+               "Expected throughput of the GPU relative to a healthy peer, 0 to 1 (scheduler hints).", GPU_LABELS),
+        Family("laggard_gpu_lost", "gauge", "1 when NVML reports the GPU lost or unreachable.", GPU_LABELS),
+        Family("laggard_gpu_nvlink_links_up", "gauge", "NVLink links active.", GPU_LABELS),
+        Family("laggard_gpu_nvlink_links", "gauge", "NVLink links the GPU has.", GPU_LABELS),
+        Family("laggard_gpu_nvlink_crc_errors_total", "counter", "NVLink CRC errors (flit and data), all links.", GPU_LABELS),
+    )
+
+
+class _PeerGroupMembers(dict):
+    """(node id, model) -> the member list of its peer group in `groups`. The peer group is worked
+    out on the first GPU of each node and model only, not on every GPU."""
+
+    def __init__(self, nodes: dict[int, Any], groups: dict[str, list]):
+        super().__init__()
+        self.nodes, self.groups = nodes, groups
+
+    def __missing__(self, key: tuple[int, str | None]) -> list:
+        node_id, model = key
+        node = self.nodes[node_id]
+        # peers: same cluster, model and job, as the detector's
+        members = self[key] = self.groups[peer_group(cluster=node[1], model=model, labels=node[3] or {})]
+        return members
+
+
+def _add_peer_deviation(deviation: Family, groups: dict[str, list[tuple[tuple[str, ...], float]]], min_peers: int) -> None:
+    """Each busy GPU's SM clock ratio against its peer group's median, minus 1; groups smaller
+    than min_peers (and than 2) have no median worth comparing to."""
+    for members in groups.values():
+        if len(members) < max(min_peers, 2):
+            continue
+        median = statistics.median(r for _, r in members)
+        if median > 0:
+            deviation.keys += [labels for labels, _ in members]
+            deviation.values += [r / median - 1.0 for _, r in members]
 
 
 def _fetch_plain(conn: Connection, sql: str, cutoff: float) -> list[tuple]:

@@ -15,16 +15,6 @@ def insert_ignore(dialect_name: str, table: Table):
     raise NotImplementedError(f"unsupported database dialect {dialect_name!r}")
 
 
-def positional_insert_ignore_sql(dialect_name: str, table: Table) -> str:
-    """The same insert as driver SQL with positional parameters, for executemany over tuples:
-    building a dict per row costs more than the insert itself on the ingest hot path."""
-    placeholder = {"sqlite": "?", "postgresql": "%s"}[dialect_name]
-    columns = [c.name for c in table.columns]
-    quoted = ", ".join(f'"{c}"' for c in columns)
-    marks = ", ".join(placeholder for _ in columns)
-    return f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks}) ON CONFLICT DO NOTHING'
-
-
 def upsert(dialect_name: str, table: Table, values: dict, *, key: str):
     """INSERT ... ON CONFLICT (key) DO UPDATE: set-or-replace a row by its key."""
     module = postgresql if dialect_name == "postgresql" else sqlite

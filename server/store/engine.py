@@ -7,8 +7,8 @@ import sqlite3
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
-
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 SQLITE_MMAP_MB = 256
 

@@ -85,7 +85,9 @@ def test_same_seed_same_readings(install):
     a = read_node(install, SimNode("n", "h100", 4, seed=11), times=(0.0, 5.0))
     b = read_node(install, SimNode("n", "h100", 4, seed=11), times=(0.0, 5.0))
     c = read_node(install, SimNode("n", "h100", 4, seed=12), times=(0.0, 5.0))
-    strip = lambda rounds: [[(s.power_w, s.sm_clock_mhz, s.temp_c, s.nvlink_tx_bytes_total) for s in r] for r in rounds]
+    def strip(rounds):
+        return [[(s.power_w, s.sm_clock_mhz, s.temp_c, s.nvlink_tx_bytes_total) for s in r] for r in rounds]
+
     assert strip(a) == strip(b)
     assert strip(a) != strip(c)
 
@@ -155,7 +157,9 @@ def test_nvlink_faults(install):
     healthy = later[0]
     assert healthy.nvlink_links_up == 18 and healthy.nvlink_crc_errors_total == 0
     # fewer links, less traffic
-    moved = lambda i: later[i].nvlink_tx_bytes_total - first[i].nvlink_tx_bytes_total
+    def moved(i):
+        return later[i].nvlink_tx_bytes_total - first[i].nvlink_tx_bytes_total
+
     assert moved(4) < moved(0) * 0.95
 
 

@@ -13,8 +13,7 @@ from sqlalchemy import func, select
 from server.alerts.dispatcher import AlertDispatcher
 from server.alerts.routing import load_routing
 from server.alerts.settings import AlertSettings
-from server.store import counters, episode_events
-from server.store import episodes, schema
+from server.store import counters, episode_events, episodes, schema
 
 
 class Clock:
@@ -190,8 +189,9 @@ def test_a_leased_group_is_not_sent_twice(engine):
     clock.t += 20
     a.route(clock.t)
     # b leases the group first (as if it were sending right now): a finds nothing to send.
-    from server.alerts.dispatcher import DeliveryT
     from sqlalchemy import update
+
+    from server.alerts.dispatcher import DeliveryT
     with engine.begin() as conn:
         conn.execute(update(DeliveryT).values(lease_token="b", lease_until=clock.t + 60))
     assert a.deliver(clock.t) == 0 and t1.requests == []

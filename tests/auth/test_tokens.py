@@ -87,11 +87,13 @@ def test_cli_prints_the_token_alone_on_stdout_and_it_works(collector):
         assert push(agent, batch(node="n1", cluster="prod-a")).status_code == 200
     listed = subprocess.run([sys.executable, "-m", "server.cli", "token", "list"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert key_id_of(token) in listed.stdout and token not in listed.stdout
-    revoked = subprocess.run([sys.executable, "-m", "server.cli", "token", "revoke", key_id_of(token)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    revoked = subprocess.run([sys.executable, "-m", "server.cli", "token", "revoke", key_id_of(token)], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
     assert revoked.returncode == 0, revoked.stderr
     with collector.client(token) as agent:
         assert push(agent, batch(node="n1", cluster="prod-a")).status_code == 401
-    refused = subprocess.run([sys.executable, "-m", "server.cli", "token", "create", "--scope", "agent"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    refused = subprocess.run([sys.executable, "-m", "server.cli", "token", "create", "--scope", "agent"], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
     assert refused.returncode == 2 and refused.stdout == "" and "cluster" in refused.stderr
 
 

@@ -10,7 +10,8 @@ from server.auth.worklimit import ConcurrencyCap, WorkBudget
 # expected list holds what each wait/take returned, rounded to 3 digits.
 BUDGET_CASES = {
     "a batch larger than the balance is let in once, then the debt is waited out": (
-        [("take", "a", 25), ("wait", "a"), ("take", "a", 1), ("sleep", 1.0), ("wait", "a"), ("sleep", 0.5), ("take", "a", 1), ("sleep", 0.01), ("take", "a", 1)],
+        [("take", "a", 25), ("wait", "a"), ("take", "a", 1), ("sleep", 1.0), ("wait", "a"), ("sleep", 0.5), ("take", "a", 1), ("sleep", 0.01),
+         ("take", "a", 1)],
         [0.0, 1.501, 1.501, 0.501, 0.001, 0.0],  # a balance of exactly 0 is not enough
     ),
     "keys are apart: one token's debt does not hold up another": (

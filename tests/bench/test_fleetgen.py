@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from bench.detection import score
-from bench.fleetgen import CAUSES, VARIANTS, Fleet, FleetConfig
+from bench.fleetgen import CAUSES, VARIANTS, Fault, Fleet, FleetConfig
 from bench.fleetgen.models import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
 from bench.fleetgen.phases import state
 from bench.fleetgen.sim import APP_XIDS
@@ -172,61 +172,104 @@ def test_ground_truth_matches_the_samples(small):
         assert inside and inside[0]["ts"] == f.start, f
         before = next(s for s in reversed(series) if s["ts"] < f.start)
         if f.gpu is None:  # a port
-            ports = [next(n for n in s["nics"] if n["device"] == f.nic) for s in inside]
-            prev = next(n for n in before["nics"] if n["device"] == f.nic)
-            if f.variant == "port_down":
-                assert all(p["state"] == "DOWN" for p in ports)
-            elif f.variant == "rate_200":
-                assert all(p["rate_gbps"] == 200.0 for p in ports) and ports[0]["link_downed_total"] == prev["link_downed_total"] + 1
-            elif f.variant == "symbol_errors":
-                seq = [prev, *ports]
-                assert all(b["symbol_errors_total"] > a["symbol_errors_total"] for a, b in zip(seq, seq[1:]))
-            else:
-                assert all(p["state"] == "ACTIVE" and p["rate_gbps"] == 400.0 for p in ports)
-            continue
-        gpus = [_gpu(s, f.gpu) for s in inside]
-        if f.cause == "lost":
-            assert all(g is None for g in gpus) if f.variant == "vanished" else all(g["lost"] for g in gpus)
-            continue
-        busy = [g for g in gpus if _working(g)]
-        bits = [g["clocks_event_reasons"] for g in busy]
-        if f.cause == "thermal":
-            assert busy and all(b & SW_THERMAL and not b & SW_POWER_CAP for b in bits)
-            if f.variant == "hw_thermal":
-                assert all(b & HW_THERMAL and b & HW_SLOWDOWN for b in bits)
-        elif f.cause == "power" and f.variant in ("brake", "node_brake"):
-            assert all(g["clocks_event_reasons"] & HW_POWER_BRAKE for g in gpus)
-            assert all(g["sm_clock_mhz"] < 0.1 * g["sm_clock_max_mhz"] for g in gpus)
-        elif f.cause == "power":
-            assert all(g["power_limit_w"] == round(f.param * 700) or g["power_limit_w"] == round(f.param * 400) for g in gpus)
-            assert all(b & ~(SW_POWER_CAP | IDLE) == 0 for b in bits)  # only the routine bit
-        elif f.cause == "hw_slowdown":
-            assert all(g["clocks_event_reasons"] & HW_SLOWDOWN for g in gpus)
-        elif f.cause == "clock":
-            assert busy and all(b == 0 for b in bits)  # no reason bit at all
-            peers = [[p for p in s["gpus"] if p["index"] != f.gpu and _working(p)] for s in inside]
-            for g, ps in zip(gpus, peers):
-                if _working(g) and ps:
-                    median = sorted(p["sm_clock_mhz"] / p["sm_clock_max_mhz"] for p in ps)[len(ps) // 2]
-                    assert g["sm_clock_mhz"] / g["sm_clock_max_mhz"] < median * (f.param + 0.04)
-        elif f.cause == "nvlink" and f.variant == "links_down":
-            assert all(g["nvlink_links_up"] == g["nvlink_links_total"] - 2 for g in gpus)
-        elif f.cause == "nvlink" and f.variant in ("crc_rising", "replay_rising"):
-            key = "nvlink_crc_errors_total" if f.variant == "crc_rising" else "nvlink_replay_errors_total"
-            assert gpus[-1][key] - _gpu(before, f.gpu)[key] >= len(busy)
-        elif f.cause == "pcie" and f.variant == "gen_down":
-            assert all(g["pcie_gen"] <= g["pcie_gen_max"] - 2 for g in gpus)
-        elif f.cause == "pcie" and f.variant == "width_down":
-            assert all(g["pcie_width"] == 8 for g in gpus)
-        elif f.cause == "pcie":
-            assert gpus[-1]["pcie_replay_total"] - _gpu(before, f.gpu)["pcie_replay_total"] >= len(busy)
-        elif f.cause == "xid":
-            assert [x["xid"] for x in gpus[0]["xids"]] == [int(f.param)]
-            assert before["ts"] <= gpus[0]["xids"][0]["ts"] <= f.start  # since the node's previous sample
-        elif f.cause == "ecc":
-            assert all(g["remapped_rows_pending"] for g in gpus)
-            if f.variant == "uncorrected":
-                assert gpus[0]["ecc_uncorrected_total"] == _gpu(before, f.gpu)["ecc_uncorrected_total"] + 1
+            _check_port_fault(f, inside, before)
+        else:
+            _check_gpu_fault(f, inside, before)
+
+
+def _check_port_fault(f: Fault, inside: list[dict], before: dict) -> None:
+    ports = [next(n for n in s["nics"] if n["device"] == f.nic) for s in inside]
+    prev = next(n for n in before["nics"] if n["device"] == f.nic)
+    if f.variant == "port_down":
+        assert all(p["state"] == "DOWN" for p in ports)
+    elif f.variant == "rate_200":
+        assert all(p["rate_gbps"] == 200.0 for p in ports) and ports[0]["link_downed_total"] == prev["link_downed_total"] + 1
+    elif f.variant == "symbol_errors":
+        seq = [prev, *ports]
+        assert all(b["symbol_errors_total"] > a["symbol_errors_total"] for a, b in zip(seq, seq[1:]))
+    else:
+        assert all(p["state"] == "ACTIVE" and p["rate_gbps"] == 400.0 for p in ports)
+
+
+def _check_gpu_fault(f: Fault, inside: list[dict], before: dict) -> None:
+    gpus = [_gpu(s, f.gpu) for s in inside]
+    if f.cause == "lost":
+        assert all(g is None for g in gpus) if f.variant == "vanished" else all(g["lost"] for g in gpus)
+        return
+    check = _GPU_FAULT_CHECKS.get(f.cause)
+    if check is not None:
+        check(f, gpus, inside, before)
+
+
+def _busy(gpus: list[dict]) -> list[dict]:
+    return [g for g in gpus if _working(g)]
+
+
+def _check_thermal(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    busy = _busy(gpus)
+    bits = [g["clocks_event_reasons"] for g in busy]
+    assert busy and all(b & SW_THERMAL and not b & SW_POWER_CAP for b in bits)
+    if f.variant == "hw_thermal":
+        assert all(b & HW_THERMAL and b & HW_SLOWDOWN for b in bits)
+
+
+def _check_power(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    if f.variant in ("brake", "node_brake"):
+        assert all(g["clocks_event_reasons"] & HW_POWER_BRAKE for g in gpus)
+        assert all(g["sm_clock_mhz"] < 0.1 * g["sm_clock_max_mhz"] for g in gpus)
+    else:
+        bits = [g["clocks_event_reasons"] for g in _busy(gpus)]
+        assert all(g["power_limit_w"] == round(f.param * 700) or g["power_limit_w"] == round(f.param * 400) for g in gpus)
+        assert all(b & ~(SW_POWER_CAP | IDLE) == 0 for b in bits)  # only the routine bit
+
+
+def _check_hw_slowdown(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    assert all(g["clocks_event_reasons"] & HW_SLOWDOWN for g in gpus)
+
+
+def _check_clock(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    busy = _busy(gpus)
+    assert busy and all(g["clocks_event_reasons"] == 0 for g in busy)  # no reason bit at all
+    peers = [[p for p in s["gpus"] if p["index"] != f.gpu and _working(p)] for s in inside]
+    for g, ps in zip(gpus, peers):
+        if _working(g) and ps:
+            median = sorted(p["sm_clock_mhz"] / p["sm_clock_max_mhz"] for p in ps)[len(ps) // 2]
+            assert g["sm_clock_mhz"] / g["sm_clock_max_mhz"] < median * (f.param + 0.04)
+
+
+def _check_nvlink(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    if f.variant == "links_down":
+        assert all(g["nvlink_links_up"] == g["nvlink_links_total"] - 2 for g in gpus)
+    elif f.variant in ("crc_rising", "replay_rising"):
+        key = "nvlink_crc_errors_total" if f.variant == "crc_rising" else "nvlink_replay_errors_total"
+        assert gpus[-1][key] - _gpu(before, f.gpu)[key] >= len(_busy(gpus))
+
+
+def _check_pcie(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    if f.variant == "gen_down":
+        assert all(g["pcie_gen"] <= g["pcie_gen_max"] - 2 for g in gpus)
+    elif f.variant == "width_down":
+        assert all(g["pcie_width"] == 8 for g in gpus)
+    else:
+        assert gpus[-1]["pcie_replay_total"] - _gpu(before, f.gpu)["pcie_replay_total"] >= len(_busy(gpus))
+
+
+def _check_xid(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    assert [x["xid"] for x in gpus[0]["xids"]] == [int(f.param)]
+    assert before["ts"] <= gpus[0]["xids"][0]["ts"] <= f.start  # since the node's previous sample
+
+
+def _check_ecc(f: Fault, gpus: list[dict], inside: list[dict], before: dict) -> None:
+    assert all(g["remapped_rows_pending"] for g in gpus)
+    if f.variant == "uncorrected":
+        assert gpus[0]["ecc_uncorrected_total"] == _gpu(before, f.gpu)["ecc_uncorrected_total"] + 1
+
+
+# What each cause must show on its GPU (a lost GPU is checked on its own, a port's faults by _check_port_fault).
+_GPU_FAULT_CHECKS = {
+    "thermal": _check_thermal, "power": _check_power, "hw_slowdown": _check_hw_slowdown, "clock": _check_clock,
+    "nvlink": _check_nvlink, "pcie": _check_pcie, "xid": _check_xid, "ecc": _check_ecc,
+}
 
 
 def test_outside_faults_only_routine_noise(small):

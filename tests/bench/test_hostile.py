@@ -18,7 +18,8 @@ def test_a_short_hostile_run_stops_by_itself_and_refuses_the_offenders(tmp_path)
     done = subprocess.run([sys.executable, "bench/hostile.py", "--duration", "6", "--idle", "2", "--warmup", "2", "--nodes", "4",
                            "--heavy-threads", "2", "--json", str(out),
                            # one heavy batch a token: in debt after the first two, whatever this machine's speed
-                           "--collector-env", "LAGGARD_INGEST_LIMITS__ROWS_BURST_PER_TOKEN=64000"], cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+                           "--collector-env", "LAGGARD_INGEST_LIMITS__ROWS_BURST_PER_TOKEN=64000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]  # 1: a bound missed on a busy machine
     result = json.loads(out.read_text())
     summary = result["summary"]

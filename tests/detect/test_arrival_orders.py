@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fleetgen import CAUSES, Fleet, FleetConfig
 from bench.detection import score
+from bench.fleetgen import CAUSES, Fleet, FleetConfig
 from bench.judge import identity, instant_by_instant, judge, node_by_node, one_node_held_back, random_batches, samples_of
 
 

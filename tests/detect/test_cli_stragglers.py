@@ -8,8 +8,8 @@ import pytest
 
 from server.app import create_app
 from server.cli import main
-from server.serve import start_in_thread
 from server.detect.settings import DetectionSettings
+from server.serve import start_in_thread
 from server.settings import Settings
 from tests.detect.test_service import push_instants, wait_for
 

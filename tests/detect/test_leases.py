@@ -14,8 +14,8 @@ from server.detect.leader import ADVISORY_KEY, LeaderLock
 from server.detect.leases import ClusterLeases, plan
 from server.detect.settings import DetectionSettings
 from server.detect.shard import Fenced, Shard
-from server.store.detector_state import LockView, bucket, holder_names
 from server.store import schema
+from server.store.detector_state import LockView, bucket, holder_names
 from server.store.engine import make_engine
 
 CLUSTERS = {"alpha", "bravo", "charlie", "delta"}

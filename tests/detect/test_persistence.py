@@ -12,7 +12,7 @@ def hit(severity="warning", immediate=False):
     return Finding(cause="clock", severity=severity, summary="slow", evidence={}, immediate=immediate)
 
 
-W, C, I = hit(), hit("critical"), hit(immediate=True)
+W, C, NOW = hit(), hit("critical"), hit(immediate=True)  # warning, critical, immediate
 _ = None
 
 CASES = [
@@ -21,7 +21,7 @@ CASES = [
     ("two of three open at the second hit, onset at the first", [_, W, _, W, _, _], [(4, "open", 2)]),
     ("two in a row open", [W, W], [(2, "open", 1)]),
     ("isolated hits further apart than n never open", [W, _, _, W, _, _, W], []),
-    ("immediate opens on its first instant", [_, I], [(2, "open", 2)]),
+    ("immediate opens on its first instant", [_, NOW], [(2, "open", 2)]),
     ("resolves after three clean instants, at the first clean one", [W, W, W, _, _, _], [(2, "open", 1), (6, "resolve", 4)]),
     ("a clean gap shorter than the hysteresis keeps one episode", [W, W, _, _, W, W, _, _, _], [(2, "open", 1), (9, "resolve", 7)]),
     ("escalates once to critical", [W, W, C, C, W], [(2, "open", 1), (3, "escalate", "critical")]),
@@ -77,7 +77,7 @@ SPAN_CASES = [
     ("one clean sample inside the run keeps it", 1.0, [W, W, _, W, W, W, W], [(6, "open", 1.0)]),
     ("two clean samples in a row end the run", 1.0, [W, W, W, _, _, W, W, W, W], []),
     ("at 5 s two slow samples in a row suffice", 5.0, [_, W, W], [(15, "open", 10.0)]),
-    ("immediate findings need no span", 1.0, [_, I], [(2, "open", 2.0)]),
+    ("immediate findings need no span", 1.0, [_, NOW], [(2, "open", 2.0)]),
 ]
 
 

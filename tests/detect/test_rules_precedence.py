@@ -10,7 +10,15 @@ import pytest
 
 from server.detect import rules
 from server.detect.model import (
-    APP_CLOCKS, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL, SYNC_BOOST, GpuObs,
+    APP_CLOCKS,
+    HW_POWER_BRAKE,
+    HW_SLOWDOWN,
+    HW_THERMAL,
+    IDLE,
+    SW_POWER_CAP,
+    SW_THERMAL,
+    SYNC_BOOST,
+    GpuObs,
 )
 from server.detect.rules import clock, ecc, hw_slowdown, lost, network, nvlink, pcie, power, thermal, xid
 from tests.detect.builders import CFG, Row, check_row, gpu, group, h100_peers, idle_gpu, judge_gpu, one, peers_of, series
@@ -33,13 +41,15 @@ ROWS = [
         PEERS, "power", "warning"),
     Row("clock low, no explanatory bit, not hotter → clock", one(gpu(sm_clock_mhz=1700)), PEERS, "clock", "warning"),
     # Order between the bits.
-    Row("HW thermal + HW power brake + HW slowdown → thermal", one(gpu(sm_clock_mhz=800, temp_c=95, reasons=HW_THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN)),
+    Row("HW thermal + HW power brake + HW slowdown → thermal",
+        one(gpu(sm_clock_mhz=800, temp_c=95, reasons=HW_THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN)),
         PEERS, "thermal", "critical"),
     Row("HW power brake + SW thermal → power", one(gpu(sm_clock_mhz=800, reasons=HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL)),
         PEERS, "power", "critical"),
     Row("SW thermal + HW slowdown → thermal", one(gpu(sm_clock_mhz=1000, temp_c=92, reasons=SW_THERMAL | HW_SLOWDOWN)),
         PEERS, "thermal", "critical"),
-    Row("HW slowdown + SW power cap + power limit low → hw_slowdown", one(gpu(sm_clock_mhz=1000, power_limit_w=400, reasons=HW_SLOWDOWN | SW_POWER_CAP)),
+    Row("HW slowdown + SW power cap + power limit low → hw_slowdown",
+        one(gpu(sm_clock_mhz=1000, power_limit_w=400, reasons=HW_SLOWDOWN | SW_POWER_CAP)),
         PEERS, "hw_slowdown", "critical"),
     Row("power limit low + hot + clock low → power (the limit is a fact, heat a correlation)",
         one(gpu(power_limit_w=450, sm_clock_mhz=1700, temp_c=80)), PEERS, "power", "warning"),

@@ -131,7 +131,9 @@ def test_stragglers_filters_and_bad_ranges(settings):
         push_instants(server.url, 0, 5, hot=False)
         push_instants(server.url, 5, 9, hot=True)
         wait_for(server.url, lambda s: len(s) == 1)
-        get = lambda path, **params: httpx.get(f"{server.url}{path}", params=params, timeout=10)
+        def get(path, **params):
+            return httpx.get(f"{server.url}{path}", params=params, timeout=10)
+
         assert len(get("/api/v1/stragglers", cause="thermal").json()["stragglers"]) == 1
         assert get("/api/v1/stragglers", cause="network").json()["stragglers"] == []
         assert get("/api/v1/stragglers", node="n1").json()["stragglers"] == []

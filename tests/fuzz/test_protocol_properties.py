@@ -26,7 +26,8 @@ NO_FUTURE_LIMIT = {"now": 0.0, "max_future_skew_s": math.inf}
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=8,
 )

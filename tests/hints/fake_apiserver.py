@@ -74,12 +74,7 @@ class FakeApiServer(LoopbackServer):
         if parts[:3] != ["api", "v1", "nodes"]:
             return _status(404, "NotFound", f"the server could not find the requested resource ({path})")
         if method == "GET" and len(parts) == 3:
-            items = list(self.nodes.values())
-            selector = (query.get("labelSelector") or [None])[0]
-            if selector:
-                k, _, v = selector.partition("=")
-                items = [n for n in items if n["metadata"]["labels"].get(k) == v]
-            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "100"}, "items": items}
+            return 200, self._node_list(query)
         name = parts[3] if len(parts) > 3 else ""
         if name not in self.nodes:
             return _status(404, "NotFound", f'nodes "{name}" not found')
@@ -88,40 +83,68 @@ class FakeApiServer(LoopbackServer):
             return 200, current
         if method != "PATCH":
             return _status(405, "MethodNotAllowed", "method not allowed")
-        if content_type not in PATCH_TYPES:
-            return _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}")
-        if content_type != "application/strategic-merge-patch+json":
-            return _status(415, "UnsupportedMediaType", "this fake takes strategic merge patches only")
+        refused = _refused_patch_type(content_type)
+        if refused is not None:
+            return refused
         if len(parts) == 4:  # PATCH nodes/{name}: metadata + spec
-            if self.conflicts.get(name):
-                self.conflicts[name] -= 1
-                # Another writer got there first: its taint lands and the version moves on.
-                if self.concurrent_taint is not None:
-                    current["spec"].setdefault("taints", []).append(self.concurrent_taint)
-                _bump(current)
-            rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
-            if rv is not None and rv != current["metadata"]["resourceVersion"]:
-                return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; please apply your changes to the latest version and try again')
-            spec = (body or {}).get("spec") or {}
-            if "taints" in spec:  # no patchMergeKey on taints: the list is replaced
-                if spec["taints"] is None:
-                    current["spec"].pop("taints", None)
-                else:
-                    current["spec"]["taints"] = spec["taints"]
-            _bump(current)
-            return 200, current
+            return self._patch_node(name, current, body)
         if len(parts) == 5 and parts[4] == "status":
-            conds = current["status"].setdefault("conditions", [])
-            for c in ((body or {}).get("status") or {}).get("conditions") or []:  # patchMergeKey: type
-                for i, existing in enumerate(conds):
-                    if existing["type"] == c["type"]:
-                        conds[i] = {**existing, **c}
-                        break
-                else:
-                    conds.append(c)
-            _bump(current)
-            return 200, current
+            return self._patch_node_status(current, body)
         return _status(404, "NotFound", "not found")
+
+    def _node_list(self, query) -> dict:
+        items = list(self.nodes.values())
+        selector = (query.get("labelSelector") or [None])[0]
+        if selector:
+            k, _, v = selector.partition("=")
+            items = [n for n in items if n["metadata"]["labels"].get(k) == v]
+        return {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "100"}, "items": items}
+
+    def _patch_node(self, name: str, current: dict, body):
+        if self.conflicts.get(name):
+            self._concurrent_write(name, current)
+        rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        if rv is not None and rv != current["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                                            "please apply your changes to the latest version and try again")
+        spec = (body or {}).get("spec") or {}
+        if "taints" in spec:  # no patchMergeKey on taints: the list is replaced
+            if spec["taints"] is None:
+                current["spec"].pop("taints", None)
+            else:
+                current["spec"]["taints"] = spec["taints"]
+        _bump(current)
+        return 200, current
+
+    def _concurrent_write(self, name: str, current: dict) -> None:
+        self.conflicts[name] -= 1
+        # Another writer got there first: its taint lands and the version moves on.
+        if self.concurrent_taint is not None:
+            current["spec"].setdefault("taints", []).append(self.concurrent_taint)
+        _bump(current)
+
+    @staticmethod
+    def _patch_node_status(current: dict, body):
+        conds = current["status"].setdefault("conditions", [])
+        for c in ((body or {}).get("status") or {}).get("conditions") or []:  # patchMergeKey: type
+            for i, existing in enumerate(conds):
+                if existing["type"] == c["type"]:
+                    conds[i] = {**existing, **c}
+                    break
+            else:
+                conds.append(c)
+        _bump(current)
+        return 200, current
+
+
+def _refused_patch_type(content_type):
+    """The 415 answer to a patch in a media type this fake does not take; None for a strategic merge patch."""
+    if content_type not in PATCH_TYPES:
+        return _status(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}")
+    if content_type != "application/strategic-merge-patch+json":
+        return _status(415, "UnsupportedMediaType", "this fake takes strategic merge patches only")
+    return None
 
 
 def _bump(n: dict) -> None:

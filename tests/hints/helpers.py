@@ -20,7 +20,6 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import episodes
 from server.store.engine import make_engine
-
 from tests.hints.loopback import LoopbackServer
 
 T0 = float(int(time.time()) - 3600)  # recent: retention (7 days) keeps it

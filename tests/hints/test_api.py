@@ -49,7 +49,8 @@ def test_detected_straggler_becomes_a_hint_and_clears_after_the_cool_down(databa
         assert n2["capacity"] == pytest.approx(1400 / 1976, abs=0.003)
         assert [(g["index"], g["uuid"], g["action"]) for g in n2["gpus"] if g["action"] != "ok"] == [(3, "GPU-n2-3", "avoid")]
         reason = n2["reasons"][0]
-        assert (reason["gpu"], reason["cause"], reason["severity"], reason["action"], reason["resolved_at"]) == (3, "thermal", "critical", "avoid", None)
+        assert (reason["gpu"], reason["cause"], reason["severity"], reason["action"], reason["resolved_at"]) == (
+            3, "thermal", "critical", "avoid", None)
         assert "1400" in reason["summary"]
         assert httpx.get(f"{url}/api/v1/hints/slurm").text == f"n2 avoid thermal: {reason['summary']}\n"
 
@@ -126,7 +127,8 @@ def test_filters_and_slurm_text(stored):
 
 def test_laggard_hints_command(stored, capsys):
     server, engine = stored
-    open_episode(engine, node="b", gpu=1, cause="thermal", severity="warning", onset=T0, evidence={"clock_deviation": -0.15}, summary="GPU 1 SW thermal")
+    open_episode(engine, node="b", gpu=1, cause="thermal", severity="warning", onset=T0, evidence={"clock_deviation": -0.15},
+                 summary="GPU 1 SW thermal")
     assert laggard(["hints", "--server", server.url, "--cluster", "prod"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["CLUSTER", "NODE", "ACTION", "CAPACITY", "SINCE", "GPUS", "REASON"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.hints import k8s_sync
 from server.cli import main as laggard
+from server.hints import k8s_sync
 from server.hints.settings import HintSettings
 from tests.hints.fake_apiserver import FakeApiServer, node
 from tests.hints.helpers import HintsServer, hint_doc
@@ -85,7 +85,8 @@ def test_apply_patches_taints_and_conditions(apiserver, hints):
         "/api/v1/nodes/hot", "/api/v1/nodes/hot/status", "/api/v1/nodes/dead", "/api/v1/nodes/dead/status",
         "/api/v1/nodes/fine/status", "/api/v1/nodes/healed", "/api/v1/nodes/healed/status"]
     hot = writes[0]["body"]
-    assert hot == {"metadata": {"resourceVersion": "1"}, "spec": {"taints": [FOREIGN, {"key": KEY, "value": "thermal", "effect": "PreferNoSchedule"}]}}
+    assert hot == {"metadata": {"resourceVersion": "1"},
+                   "spec": {"taints": [FOREIGN, {"key": KEY, "value": "thermal", "effect": "PreferNoSchedule"}]}}
     assert taints(apiserver, "dead") == [{"key": KEY, "value": "xid", "effect": "NoSchedule"}]
     assert taints(apiserver, "healed") == [FOREIGN]  # ours removed, the foreign one kept
     assert taints(apiserver, "fine") == [] and taints(apiserver, "cpu-only") == []

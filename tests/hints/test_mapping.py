@@ -98,7 +98,8 @@ CAPACITY_CASES = [
     # PCIe: Amdahl with io_fraction 0.1 on lanes x generation
     ("pcie", "critical", {"metric": "pcie_width", "pcie_width": 8, "pcie_width_max": 16, "pcie_gen": 5, "pcie_gen_max": 5}, "avoid", 0.909),
     ("pcie", "critical", {"metric": "pcie_gen", "pcie_width": 16, "pcie_width_max": 16, "pcie_gen": 3, "pcie_gen_max": 5}, "avoid", 0.769),
-    ("pcie", "warning", {"metric": "pcie_replays_in_window", "pcie_width": 16, "pcie_width_max": 16, "pcie_gen": 5, "pcie_gen_max": 5}, "rebalance", 0.9),
+    ("pcie", "warning", {"metric": "pcie_replays_in_window", "pcie_width": 16, "pcie_width_max": 16, "pcie_gen": 5, "pcie_gen_max": 5},
+     "rebalance", 0.9),
     ("xid", "critical", {"metric": "xid", "value": [79]}, "avoid", 0.7),  # xid overridden to avoid: fallback
     ("thermal", "warning", {"clock_deviation": "n/a", "sm_clock_mhz": True}, "rebalance", 0.9),  # junk is ignored
 ]

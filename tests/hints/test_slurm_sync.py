@@ -54,7 +54,8 @@ def test_parse_show_node():
 
 
 def test_parse_one_line_output():
-    text = ("NodeName=a Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason=laggard: ecc: GPU 0 2 new uncorrected ECC errors [root@2024-05-02T10:00:00] Comment=(null)\n"
+    text = ("NodeName=a Arch=x86_64 State=IDLE+DRAIN Partitions=gpu "
+            "Reason=laggard: ecc: GPU 0 2 new uncorrected ECC errors [root@2024-05-02T10:00:00] Comment=(null)\n"
             "NodeName=b Arch=x86_64 State=ALLOCATED Partitions=gpu\n")
     nodes = parse_show_node(text)
     assert nodes["a"]["Reason"] == "laggard: ecc: GPU 0 2 new uncorrected ECC errors" and nodes["a"]["Comment"] == "(null)"

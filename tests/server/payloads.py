@@ -31,7 +31,8 @@ def nic(device: str = "mlx5_0", port: int = 1, **metrics: Any) -> dict[str, Any]
     return {"device": device, "port": port, "state": "ACTIVE", "rate_gbps": 400.0, "tx_bytes_total": 4096} | metrics
 
 
-def batch(*, node: str = "gpu-node-001", cluster: str = "prod-a", samples: int = 1, gpus: int = 2, ts: float | None = None, **extra: Any) -> dict[str, Any]:
+def batch(*, node: str = "gpu-node-001", cluster: str = "prod-a", samples: int = 1, gpus: int = 2, ts: float | None = None,
+          **extra: Any) -> dict[str, Any]:
     start = time.time() - 60 if ts is None else ts
     return {
         "version": 1,

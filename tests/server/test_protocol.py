@@ -92,7 +92,8 @@ BAD_BODIES = [
     ("wrong version", lambda b: b.update(version=2), 422, ["body", "version"]),
     ("node not a string", lambda b: b.update(node=17), 422, ["body", "node"]),
     ("temperature as string", lambda b: b["samples"][0]["gpus"][0].update(temp_c="61"), 422, ["body", "samples", 0, "gpus", 0, "temp_c"]),
-    ("counter as float", lambda b: b["samples"][0]["gpus"][1].update(pcie_replay_total=1.5), 422, ["body", "samples", 0, "gpus", 1, "pcie_replay_total"]),
+    ("counter as float", lambda b: b["samples"][0]["gpus"][1].update(pcie_replay_total=1.5), 422,
+     ["body", "samples", 0, "gpus", 1, "pcie_replay_total"]),
     ("negative counter", lambda b: b["samples"][0]["nics"][0].update(rx_bytes_total=-1), 422, ["body", "samples", 0, "nics", 0, "rx_bytes_total"]),
     ("missing gpu uuid", lambda b: b["samples"][0]["gpus"][0].pop("uuid"), 422, ["body", "samples", 0, "gpus", 0, "uuid"]),
     ("missing nic port", lambda b: b["samples"][0]["nics"][0].pop("port"), 422, ["body", "samples", 0, "nics", 0, "port"]),
@@ -110,7 +111,8 @@ BAD_BODIES = [
     ("power in mW", lambda b: b["samples"][0]["gpus"][1].update(power_w=700_000.0), 422, ["body", "samples", 0, "gpus", 1, "power_w"]),
     ("PCIe gen 17", lambda b: b["samples"][0]["gpus"][0].update(pcie_gen=17), 422, ["body", "samples", 0, "gpus", 0, "pcie_gen"]),
     ("PCIe width 128", lambda b: b["samples"][0]["gpus"][0].update(pcie_width_max=128), 422, ["body", "samples", 0, "gpus", 0, "pcie_width_max"]),
-    ("NVLink links 300", lambda b: b["samples"][0]["gpus"][0].update(nvlink_links_total=300), 422, ["body", "samples", 0, "gpus", 0, "nvlink_links_total"]),
+    ("NVLink links 300", lambda b: b["samples"][0]["gpus"][0].update(nvlink_links_total=300), 422,
+     ["body", "samples", 0, "gpus", 0, "nvlink_links_total"]),
     ("port rate in bits", lambda b: b["samples"][0]["nics"][0].update(rate_gbps=4e11), 422, ["body", "samples", 0, "nics", 0, "rate_gbps"]),
     # Counts per request.
     ("1001 samples", lambda b: b.update(samples=[{"ts": b["samples"][0]["ts"] + i} for i in range(1001)]), 422, ["body", "samples"]),
@@ -138,8 +140,10 @@ BAD_BODIES = [
     # XID timestamps bounded like sample timestamps.
     ("XID ts in the far future", lambda b: b["samples"][1]["gpus"][0].update(xids=[{"xid": 79, "ts": time.time() + 3600}]), 422,
      ["body", "samples", 1, "gpus", 0, "xids", 0, "ts"]),
-    ("XID ts zero", lambda b: b["samples"][0]["gpus"][1].update(xids=[{"xid": 48, "ts": 0}]), 422, ["body", "samples", 0, "gpus", 1, "xids", 0, "ts"]),
-    ("XID ts negative", lambda b: b["samples"][0]["gpus"][0].update(xids=[{"xid": 48, "ts": -1.5}]), 422, ["body", "samples", 0, "gpus", 0, "xids", 0, "ts"]),
+    ("XID ts zero", lambda b: b["samples"][0]["gpus"][1].update(xids=[{"xid": 48, "ts": 0}]), 422,
+     ["body", "samples", 0, "gpus", 1, "xids", 0, "ts"]),
+    ("XID ts negative", lambda b: b["samples"][0]["gpus"][0].update(xids=[{"xid": 48, "ts": -1.5}]), 422,
+     ["body", "samples", 0, "gpus", 0, "xids", 0, "ts"]),
 ]
 
 

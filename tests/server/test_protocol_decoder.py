@@ -13,10 +13,8 @@ import pytest
 from pydantic import ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
-from server.protocol import BATCH
-from server.protocol import DEFAULT_CLUSTER
-from server.protocol_decoder import (BATCH_DECODER, BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, UntranslatableConstraint,
-                                     derive)
+from server.protocol import BATCH, DEFAULT_CLUSTER
+from server.protocol_decoder import BATCH_DECODER, BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, UntranslatableConstraint, derive
 from tests.server.payloads import batch
 
 

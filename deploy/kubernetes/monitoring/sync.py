@@ -1,15 +1,15 @@
-"""Copies what the monitoring kustomization needs from elsewhere in the repository into it.
+"""Writes the PrometheusRule of the monitoring kustomization from the alert rules file.
 
-kustomize only loads files under a kustomization's own directory (its load restrictor), and
-`kubectl apply -k` cannot lift that, so the dashboards and alert rules are copied here:
+deploy/prometheus/laggard-alerts.yml (the rule file Prometheus loads, checked by promtool) is
+the only source; prometheus-operator wants the same groups wrapped in a PrometheusRule object:
 
-- dashboards/*.json             -> dashboards/*.json (configMapGenerator, one ConfigMap each)
-- deploy/prometheus/laggard-alerts.yml -> prometheus-rule.yaml (a PrometheusRule)
+- deploy/prometheus/laggard-alerts.yml -> prometheus-rule.yaml
 
-    python deploy/kubernetes/monitoring/sync.py          # rewrite the copies
-    python deploy/kubernetes/monitoring/sync.py --check  # exit 1 if a copy is out of date
+    python deploy/kubernetes/monitoring/sync.py          # rewrite it
+    python deploy/kubernetes/monitoring/sync.py --check  # exit 1 if it is out of date
 
-tests/deploy/test_kubernetes.py runs --check.
+(The dashboards need no copy: dashboards/kustomization.yaml makes their ConfigMaps and this
+kustomization includes that directory.) tests/deploy/test_kubernetes.py runs --check.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-SOURCE_DASHBOARDS = REPO / "dashboards"
 SOURCE_RULES = REPO / "deploy" / "prometheus" / "laggard-alerts.yml"
 RULE_FILE = HERE / "prometheus-rule.yaml"
 
@@ -34,9 +33,7 @@ RULE_HEADER = (
 
 def wanted_files() -> dict[Path, str]:
     """Every file the script owns here, with the text it should have."""
-    files = {HERE / "dashboards" / src.name: src.read_text() for src in sorted(SOURCE_DASHBOARDS.glob("*.json"))}
-    files[RULE_FILE] = prometheus_rule(SOURCE_RULES.read_text())
-    return files
+    return {RULE_FILE: prometheus_rule(SOURCE_RULES.read_text())}
 
 
 def prometheus_rule(alerts_yaml: str) -> str:
@@ -51,26 +48,18 @@ def prometheus_rule(alerts_yaml: str) -> str:
 
 
 def stale_files() -> list[str]:
-    """Files that differ from what the script writes, and copies whose source is gone."""
-    wanted = wanted_files()
-    stale = [str(p.relative_to(REPO)) for p, text in wanted.items() if not p.exists() or p.read_text() != text]
-    stale += [str(p.relative_to(REPO)) + " (no source)" for p in (HERE / "dashboards").glob("*.json") if p not in wanted]
-    return stale
+    """Files that differ from what the script writes."""
+    return [str(p.relative_to(REPO)) for p, text in wanted_files().items() if not p.exists() or p.read_text() != text]
 
 
 def write_all() -> None:
-    wanted = wanted_files()
-    (HERE / "dashboards").mkdir(exist_ok=True)
-    for path in (HERE / "dashboards").glob("*.json"):
-        if path not in wanted:
-            path.unlink()
-    for path, text in wanted.items():
+    for path, text in wanted_files().items():
         path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a copy is out of date; change nothing")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the PrometheusRule is out of date; change nothing")
     args = parser.parse_args(argv)
     if args.check:
         stale = stale_files()
