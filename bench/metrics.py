@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from agent.metrics import render  # noqa: E402
+from agent.exposition import render  # noqa: E402
 from server.app import create_app  # noqa: E402
 from server.serve import start_in_thread  # noqa: E402
 from server.settings import Settings  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from agent.metrics import CONTENT_TYPE
+from agent.exposition import CONTENT_TYPE
 from server.errors import ApiError
 
 router = APIRouter(tags=["metrics"])

@@ -7,7 +7,7 @@ per-process series are process_* and python_* (server/api/metrics.py).
 
 LaggardCollector is a prometheus_client custom collector (collect() yields its metric
 families), so it can be registered in any CollectorRegistry. GET /metrics renders the same
-families with agent.metrics.render, which writes 10,000 GPUs several times faster than
+families with agent.exposition.render, which writes 10,000 GPUs several times faster than
 prometheus_client's generic writer (bench/metrics.py, docs/observability.md).
 """
 
@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from agent.metrics import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, Family, dcgm_families, dcgm_labels, nic_families
+from agent.dcgm_fields import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_labels, nic_families
+from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
 from server.peer_groups import is_busy, peer_group
@@ -259,7 +260,7 @@ class LaggardCollector:
             gpu = str(index)
             m = dict(zip(_GPU_COLUMNS, row[6:]))
             # The same label tuples from scrape to scrape: the renderer then finds its cached
-            # line heads by identity (agent/metrics.py Renderer).
+            # line heads by identity (agent/exposition.py Renderer).
             ident = (row[0], cluster, hostname, index, uuid, model)
             pair = fresh[ident] = cache.get(ident) or (
                 (cluster, hostname, gpu, uuid), dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster))

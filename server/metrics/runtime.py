@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from agent.metrics import Renderer
+from agent.exposition import Renderer
 from server.metrics.collector import LaggardCollector
 from server.metrics.ingest import IngestMetricsMiddleware, IngestRecorder
 from server.metrics.maintainer import MetricsMaintainer

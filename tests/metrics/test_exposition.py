@@ -1,4 +1,4 @@
-"""The hand-written text format (agent/metrics.py render) says exactly what prometheus_client
+"""The hand-written text format (agent/exposition.py render) says exactly what prometheus_client
 says for the same families: same samples, same types, same help, escaping included."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.metrics import Family, format_value, label_string, render
+from agent.exposition import Family, format_value, label_string, render
 from server.metrics.collector import to_prometheus
 
 

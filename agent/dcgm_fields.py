@@ -1,0 +1,149 @@
+"""What a node's readings are called on /metrics: NVIDIA dcgm-exporter's per-GPU series and
+Laggard's IB/RoCE port series, as data (one table), shared by the agent's own endpoint and the
+collector's GET /metrics.
+
+- DCGM_FIELDS: per-GPU readings under the names and labels NVIDIA dcgm-exporter uses
+  (etc/default-counters.csv, dcp-metrics-included.csv), so dashboards built for dcgm-exporter
+  work unchanged. dcgm-exporter declares some of these counters; their names do not end in
+  `_total` (DCGM_FI_DEV_PCIE_REPLAY_COUNTER), which `promtool check metrics` rejects for a
+  counter, so they are declared `untyped` here: rate() and increase() do not look at the type.
+  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (a 0..1 ratio, like dcgm-exporter's) comes from NVML's GPM
+  metrics (agent/nvml/readers/tensor_activity.py): only on Hopper and newer, and only from the
+  second sampling cycle on; elsewhere the series is absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from agent.exposition import Family
+
+MIB = 1024 * 1024
+
+# dcgm-exporter's label names, in its order, plus the cluster (which dcgm-exporter does not know).
+# Its pci_bus_id and DCGM_FI_DRIVER_VERSION labels are left out: no dashboard selects on them, and
+# at 10,000 GPUs they would add a third to the size of every scrape.
+DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "cluster")
+
+
+class DcgmField(NamedTuple):
+    name: str
+    type: str  # gauge | untyped (a counter whose name lacks _total)
+    help: str
+    key: str  # the reading (a wire field, or one derived by _derive)
+    extra: bool = False  # not in dcgm-exporter's default set nor on a dashboard: the collector exports it on request
+
+
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "mem_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "Maximum SM clock frequency (in MHz).", "sm_clock_max_mhz", extra=True),
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temp_c"),
+    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp_c"),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_w"),
+    DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit that the driver enforces (in W).", "power_limit_w"),
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_gpu_pct"),
+    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "util_mem_pct"),
+    DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipes are active.", "_tensor_active"),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free_mib"),
+    DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "_fb_used_mib"),
+    DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask of NVML clocks event reasons).",
+              "clocks_event_reasons"),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe current link generation.", "pcie_gen"),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "gauge", "PCIe max link generation.", "pcie_gen_max"),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe current link width.", "pcie_width"),
+    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "gauge", "PCIe max link width.", "pcie_width_max"),
+    DcgmField("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "untyped", "Total number of PCIe retries.", "pcie_replay_total"),
+    DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus (in bytes per second).",
+              "pcie_tx_bytes_per_s", extra=True),
+    DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus (in bytes per second).",
+              "pcie_rx_bytes_per_s", extra=True),
+    DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "untyped",
+              "Total number of NVLink bandwidth counters for all lanes (bytes transmitted plus received).", "_nvlink_bytes"),
+    DcgmField("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink retries.", "nvlink_replay_errors_total", extra=True),
+    DcgmField("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink recovery errors.",
+              "nvlink_recovery_errors_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "untyped", "Total number of single-bit persistent ECC errors.", "ecc_corrected_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "untyped", "Total number of double-bit persistent ECC errors.", "ecc_uncorrected_total", extra=True),
+    DcgmField("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.", "_remap_pending", extra=True),
+)
+XID_FIELD = DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid")
+
+
+def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, cluster: str) -> tuple[str, ...]:
+    """One GPU's label values, in DCGM_LABELS order (device = the nvidia<minor> device name; the
+    NVML index stands in for the minor number, as it does on almost every node)."""
+    return (str(index), uuid, f"nvidia{index}", model or "", hostname, cluster)
+
+
+def _derive(m: dict[str, Any]) -> dict[str, Any]:
+    """Add the readings dcgm-exporter reports in other units or combinations (in place)."""
+    total, used = m.get("mem_total_bytes"), m.get("mem_used_bytes")
+    m["_fb_used_mib"] = None if used is None else used / MIB
+    m["_fb_free_mib"] = None if total is None or used is None else (total - used) / MIB
+    tx, rx = m.get("nvlink_tx_bytes_total"), m.get("nvlink_rx_bytes_total")
+    m["_nvlink_bytes"] = None if tx is None or rx is None else tx + rx
+    remap = m.get("remapped_rows_pending")
+    m["_remap_pending"] = None if remap is None else int(remap)
+    tensor = m.get("tensor_active_pct")
+    m["_tensor_active"] = None if tensor is None else tensor / 100.0  # dcgm-exporter: a ratio
+    return m
+
+
+def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, extra: bool = True) -> list[Family]:
+    """DCGM families for (label values, latest readings) pairs; a reading that is None (not
+    supported, or the GPU is lost: pass {}) is left out, as dcgm-exporter leaves out blank
+    fields. The readings dicts are extended in place. extra=False: the default set only."""
+    items = [(labels, _derive(m)) for labels, m in gpus if m]
+    labels_list = [labels for labels, _ in items]
+    readings = [m for _, m in items]
+    families = []
+    for field in DCGM_FIELDS:
+        if field.extra and not extra:
+            continue
+        fam = Family(field.name, field.type, field.help, DCGM_LABELS)
+        key = field.key
+        values = [m.get(key) for m in readings]
+        if None in values:
+            fam.keys = [labels for labels, v in zip(labels_list, values) if v is not None]
+            fam.values = [v for v in values if v is not None]
+        else:
+            fam.keys, fam.values = list(labels_list), values
+        families.append(fam)
+    return families
+
+
+NIC_LABELS = ("cluster", "node", "device", "port")
+_NIC_COUNTERS = (
+    ("tx_bytes_total", "laggard_nic_transmit_bytes_total", "Bytes transmitted by the IB/RoCE port."),
+    ("rx_bytes_total", "laggard_nic_receive_bytes_total", "Bytes received by the IB/RoCE port."),
+    ("symbol_errors_total", "laggard_nic_symbol_errors_total", "Port symbol errors."),
+    ("link_downed_total", "laggard_nic_link_downed_total", "Times the port link went down."),
+    ("rcv_errors_total", "laggard_nic_receive_errors_total", "Port receive errors."),
+    ("xmit_discards_total", "laggard_nic_transmit_discards_total", "Packets discarded by the port on transmit."),
+    ("xmit_wait_total", "laggard_nic_transmit_wait_ticks_total", "Ticks the port had data to send but no credits to send it."),
+)
+
+
+def nic_families(ports: Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]) -> list[Family]:
+    """IB/RoCE port families for (label values in NIC_LABELS order, latest readings) pairs."""
+    up = Family("laggard_nic_port_up", "gauge", "1 when the IB/RoCE port is ACTIVE.", NIC_LABELS)
+    rate = Family("laggard_nic_link_rate_bytes_per_second", "gauge", "Port link rate (in bytes per second).", NIC_LABELS)
+    fams = [Family(name, "counter", text, NIC_LABELS) for _, name, text in _NIC_COUNTERS]
+    items = list(ports)
+    for values, m in items:
+        state = m.get("state")
+        if state is not None:
+            up.add(values, int(state.upper() == "ACTIVE"))
+        if m.get("rate_gbps") is not None:
+            rate.add(values, m["rate_gbps"] * 1e9 / 8)
+    labels_list = [values for values, _ in items]
+    for fam, (key, _, _) in zip(fams, _NIC_COUNTERS):
+        column = [m.get(key) for _, m in items]
+        if None in column:
+            fam.keys = [k for k, v in zip(labels_list, column) if v is not None]
+            fam.values = [v for v in column if v is not None]
+        else:
+            fam.keys, fam.values = list(labels_list), column
+    return [up, rate, *fams]
