@@ -39,6 +39,7 @@ from server.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, 
 from server.detect.service import DetectionService
 from server.errors import ApiError, pydantic_details
 from server.hints.held import held_fault_ids
+from server.hints.service import HintsCache
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
 from server.settings import Settings
@@ -118,8 +119,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Alert dispatch and the shared metric counters act where detection leads (issue #5).
     dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
     # /metrics shows the hints GET /api/v1/hints serves, handed over here: metrics import no hints.
+    hint_cache = app.state.hints_cache = HintsCache(engine, settings.hints)
     maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names,
-                                       hints=lambda: hints.hints_cache(app).get(None).doc)
+                                       hints=lambda: hint_cache.get(None).doc)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
     interpreter.set_switch_interval(settings.gil_switch_interval_s)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import orjson
 from fastapi import APIRouter, Request
@@ -14,18 +13,11 @@ from server.hints.render import slurm_lines
 from server.hints.service import HintsCache, Snapshot
 
 router = APIRouter(prefix="/api/v1/hints", tags=["hints"])
-_CREATE = threading.Lock()
 
 
 def hints_cache(app) -> HintsCache:
-    """The app's hints cache, made on first use (the engine exists only once the app started)."""
-    cache = getattr(app.state, "hints_cache", None)
-    if cache is None:
-        with _CREATE:
-            cache = getattr(app.state, "hints_cache", None)
-            if cache is None:
-                cache = app.state.hints_cache = HintsCache(app.state.engine, app.state.settings.hints)
-    return cache
+    """The app's hints cache, made in its lifespan (server/app.py) with the engine."""
+    return app.state.hints_cache
 
 
 async def snapshot(request: Request, cluster: str | None) -> Snapshot:
