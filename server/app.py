@@ -92,11 +92,6 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
     ]
 
 
-def create_app_from_env() -> FastAPI:
-    """Factory for uvicorn worker processes, which rebuild their settings from LAGGARD_*."""
-    return create_app(Settings())
-
-
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings

@@ -80,19 +80,18 @@ def _run_server(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: None)
         uvicorn.run(create_app(settings), **common)
         return 0
-    # Worker processes rebuild Settings from the environment: hand them ours, and migrate
-    # once here rather than racing in every worker.
+    # Migrate once here rather than racing in every worker; the workers get these settings
+    # (pickled into each spawned process), the writer process's address added.
     from server.store import migrate
     from server.store.engine import make_engine
 
     engine = make_engine(settings.database_url)
     migrate.upgrade(engine)
     engine.dispose()
-    os.environ.update({"LAGGARD_DATABASE_URL": settings.database_url, "LAGGARD_MIGRATE_ON_START": "false",
-                       "LAGGARD_INSECURE": "1" if settings.insecure else "0"})
     writer = _start_writer_process(settings)
+    worker_settings = settings.model_copy(update={"migrate_on_start": False, **_writer_settings(writer)})
     try:
-        return _supervise_workers(settings, common, writer)
+        return _supervise_workers(worker_settings, common, writer)
     finally:
         if writer is not None:
             writer.stop()
@@ -119,39 +118,34 @@ def _start_writer_process(settings: Settings):
     writer = WriterProcess(settings.database_url, group_max=settings.ingest_group_max_bodies, gpu_move_after_s=settings.gpu_move_after_s)
     writer.start()
     logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
-    os.environ.update(writer.worker_env)
     return writer
+
+
+def _writer_settings(writer) -> dict:
+    if writer is None:
+        return {}
+    from pydantic import SecretStr
+
+    return {name: SecretStr(value) if name == "ingest_writer_key" else value for name, value in writer.worker_settings.items()}
 
 
 def _supervise_workers(settings: Settings, common: dict, writer) -> int:
     import multiprocessing
-    import socket
     import threading
 
-    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
-    if not hasattr(socket, "SO_REUSEPORT"):
-        uvicorn.run("server.app:create_app_from_env", factory=True, workers=settings.workers, **common)
-        return 0
     # Each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
     # connections over them. On uvicorn's one shared socket the first worker to wake accepts a
     # whole burst, and keep-alive connections stay where they landed: 16 agents connecting at
     # once often ended up 14-16 on one worker. The loop below is uvicorn's supervisor, cut down.
-    from uvicorn.config import STARTUP_FAILURE
-
-    config = uvicorn.Config("server.app:create_app_from_env", factory=True, **common)
-    port = settings.port
+    sockets = _WorkerSockets(settings.host, settings.port)
 
     def start_worker() -> multiprocessing.Process:
-        nonlocal port
-        sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((settings.host, port))
-        port = sock.getsockname()[1]  # --port 0: the others join the first one's port
-        worker = multiprocessing.get_context("spawn").Process(target=_serve_worker, args=(config, [sock]), name="laggard-worker")
+        sock = sockets.next()
+        worker = multiprocessing.get_context("spawn").Process(target=_serve_worker, args=(settings, common, [sock]), name="laggard-worker")
         worker.start()
-        sock.close()  # the worker has its own copy
+        sockets.handed(sock)  # the worker has its own copy
         return worker
 
     stopping = threading.Event()
@@ -178,16 +172,61 @@ def _supervise_workers(settings: Settings, common: dict, writer) -> int:
             worker.terminate()  # SIGTERM: uvicorn's graceful shutdown
     for worker in workers:
         worker.join()
+    sockets.close()
     return 1 if failed else 0
 
 
-def _serve_worker(config, sockets: list) -> None:
-    """A worker process: uvicorn's logging is set up again in the child, then the app is served
-    on the socket the supervisor bound for it (public uvicorn API only)."""
-    import uvicorn
+class _WorkerSockets:
+    """The listening socket for each worker: a socket of its own where the kernel spreads
+    connections over sockets on one port (SO_REUSEPORT), else one socket they all share."""
 
-    config.configure_logging()
-    uvicorn.Server(config).run(sockets=sockets)
+    def __init__(self, host: str, port: int):
+        import socket
+
+        self.host, self.port = host, port
+        self.reuse_port = hasattr(socket, "SO_REUSEPORT")
+        self._shared = None
+
+    def next(self):
+        if not self.reuse_port:
+            self._shared = self._shared or self._bind()
+            return self._shared
+        return self._bind()
+
+    def handed(self, sock) -> None:
+        if self.reuse_port:
+            sock.close()
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+
+    def _bind(self):
+        import socket
+
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]  # --port 0: the others join the first one's port
+        return sock
+
+
+def _serve_worker(settings: Settings, common: dict, sockets: list) -> None:
+    """A worker process: the app built from the settings it was handed (no environment to
+    read them back from), served on the socket the supervisor bound for it."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
+    from server.app import create_app
+
+    try:
+        app = create_app(settings)
+    except Exception:
+        logging.getLogger("uvicorn.error").exception("worker could not build the app")
+        sys.exit(STARTUP_FAILURE)
+    uvicorn.Server(uvicorn.Config(app, **common)).run(sockets=sockets)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:

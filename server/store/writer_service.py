@@ -64,8 +64,9 @@ class WriterProcess:
         self.process: multiprocessing.process.BaseProcess | None = None
 
     @property
-    def worker_env(self) -> dict[str, str]:
-        return {"LAGGARD_INGEST_WRITER_SOCKET": self.address, "LAGGARD_INGEST_WRITER_KEY": self.authkey.hex()}
+    def worker_settings(self) -> dict[str, str]:
+        """What a worker's Settings need to write through this process."""
+        return {"ingest_writer_socket": self.address, "ingest_writer_key": self.authkey.hex()}
 
     def start(self, timeout: float = 60.0) -> None:
         ctx = multiprocessing.get_context("spawn")
