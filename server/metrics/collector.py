@@ -27,6 +27,7 @@ from agent.dcgm_fields import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, dcgm_families
 from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
+from server.metrics.settings import MetricsSettings
 from server.peer_groups import is_busy, peer_group
 from server.store import counters, schema
 from server.store.detector_state import backlog as backlog_of
@@ -86,11 +87,13 @@ def _sql_latest(dialect: str, kind: str) -> str:
 class LaggardCollector:
     """prometheus_client custom collector over the collector's database."""
 
-    def __init__(self, engine: Engine, settings, *, receivers: Callable[[], list[str]] | None = None,
+    def __init__(self, engine: Engine, cfg: MetricsSettings, *, min_peers: int, receivers: Callable[[], list[str]] | None = None,
                  hints: Callable[[], dict[str, Any]] | None = None, clock: Callable[[], float] = time.time):
+        """`min_peers`: the detector's (DetectionSettings.min_peers), so a peer deviation is shown
+        where the detector would compute one."""
         self.engine = engine
-        self.settings = settings
-        self.cfg = settings.metrics
+        self.cfg = cfg
+        self.min_peers = min_peers
         self.receivers = receivers or (lambda: [])
         self.hints_source = hints
         self._labels: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # per GPU, kept between scrapes
@@ -288,7 +291,7 @@ class LaggardCollector:
             if (v := m["nvlink_crc_errors_total"]) is not None:
                 add_crc(labels, v)
         self._labels = fresh
-        _add_peer_deviation(deviation, groups, self.settings.detection.min_peers)
+        _add_peer_deviation(deviation, groups, self.min_peers)
         return self._with_dcgm_families(list(laggard_gpu), dcgm_items, xid)
 
     def _gpu_capacity(self, state: dict[str, Any]) -> dict[tuple[str, str, int], float]:

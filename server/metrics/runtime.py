@@ -31,7 +31,8 @@ def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receiv
           hints: Callable[[], dict] | None = None) -> MetricsMaintainer:
     """`hints`: the current hints document (the app wires the one GET /api/v1/hints serves)."""
     settings = app.state.settings
-    app.state.metrics_collector = LaggardCollector(engine, settings, receivers=receivers, hints=hints)
+    app.state.metrics_collector = LaggardCollector(engine, settings.metrics, min_peers=settings.detection.min_peers, receivers=receivers,
+                                                   hints=hints)
     maintainer = MetricsMaintainer(engine, settings.metrics, app.state.ingest_metrics, is_leader=is_leader)
     maintainer.start()
     app.state.metrics_maintainer = maintainer
