@@ -8,7 +8,10 @@ import os
 import signal
 import sys
 
-from server import cli_ack, cli_hints, cli_stragglers, cli_tokens
+from server import cli_stragglers
+from server.auth import cli as cli_tokens
+from server.hints import cli as cli_hints
+from server.hints import cli_ack
 from server.settings import Settings, settings_from_flags
 
 
@@ -25,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="laggard", description="Laggard collector: GPU straggler detection.")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # The domains' commands (server/auth/cli.py, server/hints/cli.py) get their settings from
+    # here: a domain never imports the collector's settings class above it.
+    parser.set_defaults(load_settings=settings_from_flags)
     sub = parser.add_subparsers(dest="command", required=True)
 
     server = sub.add_parser("server", help="run the collector (FastAPI under uvicorn)")

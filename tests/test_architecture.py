@@ -96,7 +96,7 @@ def test_the_code_keeps_the_never_rules():
     ("server.hints.k8s_sync", "server.hints.render", False),
     ("server.store.retention", "server.hints.held", True),
     ("server.store.samples", "server.protocol", False),
-    ("server.cli_hints", "server.api.hints", True),
+    ("server.hints.cli", "server.api.hints", True),
     ("server.app", "server.api.hints", False),
 ])
 def test_each_never_rule_is_caught(source, target, broken):

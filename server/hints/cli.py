@@ -72,10 +72,8 @@ def run_hints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hint_settings(**overrides):
-    from server.settings import Settings
-
-    cfg = Settings().hints
+def _hint_settings(args: argparse.Namespace, **overrides):
+    cfg = args.load_settings(args).hints
     return cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
@@ -101,7 +99,7 @@ def _loop(args: argparse.Namespace, once) -> int:
 def run_k8s_sync(args: argparse.Namespace) -> int:
     from server.hints import k8s_sync
 
-    cfg = _hint_settings()
+    cfg = _hint_settings(args)
     api = k8s_sync.make_api(kube_api=args.kube_api, kubeconfig=args.kubeconfig, context=args.context)
     return _loop(args, lambda doc: k8s_sync.sync_once(api, doc, cfg, apply=args.apply, selector=args.selector))
 
@@ -109,5 +107,5 @@ def run_k8s_sync(args: argparse.Namespace) -> int:
 def run_slurm_sync(args: argparse.Namespace) -> int:
     from server.hints import slurm_sync
 
-    cfg = _hint_settings(scontrol_path=args.scontrol)
+    cfg = _hint_settings(args, scontrol_path=args.scontrol)
     return _loop(args, lambda doc: slurm_sync.sync_once(doc, cfg, apply=args.apply))

@@ -38,11 +38,10 @@ def add_parser(sub, database_flag) -> None:
 
 
 def _engine(args: argparse.Namespace):
-    from server.settings import settings_from_flags
     from server.store import migrate
     from server.store.engine import make_engine
 
-    engine = make_engine(settings_from_flags(args).database_url)
+    engine = make_engine(args.load_settings(args).database_url)
     migrate.upgrade(engine)
     return engine
 
