@@ -100,7 +100,11 @@ def run_k8s_sync(args: argparse.Namespace) -> int:
     from server.hints import k8s_sync
 
     cfg = _hint_settings(args)
-    api = k8s_sync.make_api(kube_api=args.kube_api, kubeconfig=args.kubeconfig, context=args.context)
+    try:
+        api = k8s_sync.make_api(kube_api=args.kube_api, kubeconfig=args.kubeconfig, context=args.context)
+    except k8s_sync.NoCluster as exc:
+        print(f"laggard k8s-sync: {exc}", file=sys.stderr)
+        return 2
     return _loop(args, lambda doc: k8s_sync.sync_once(api, doc, cfg, apply=args.apply, selector=args.selector))
 
 

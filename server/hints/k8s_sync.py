@@ -124,9 +124,13 @@ def utc_now() -> str:
 # --- talking to the API server ------------------------------------------------------------
 
 
+class NoCluster(Exception):
+    """No API server to talk to: not in a pod, and no usable kubeconfig."""
+
+
 def make_api(*, kube_api: str | None = None, kubeconfig: str | None = None, context: str | None = None):
     """CoreV1Api on: an explicit URL without credentials (kubectl proxy, tests), the
-    in-cluster service account, or a kubeconfig."""
+    in-cluster service account, or a kubeconfig; NoCluster when none of them is there."""
     from kubernetes import client, config
 
     if kube_api:
@@ -137,7 +141,11 @@ def make_api(*, kube_api: str | None = None, kubeconfig: str | None = None, cont
             return client.CoreV1Api()
         except config.ConfigException:
             pass
-    config.load_kube_config(config_file=kubeconfig, context=context)
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context)
+    except (config.ConfigException, OSError) as exc:
+        raise NoCluster(f"no Kubernetes API server: not running in a pod, and no usable kubeconfig ({exc}); "
+                        "give --kubeconfig, --context or --kube-api") from None
     return client.CoreV1Api()
 
 

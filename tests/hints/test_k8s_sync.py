@@ -145,6 +145,14 @@ def test_unreachable_hints_change_nothing(apiserver, capsys):
     assert apiserver.requests == [] and "nothing changed" in capsys.readouterr().err
 
 
+def test_no_cluster_to_talk_to_is_a_message_and_exit_2_not_a_traceback(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod
+    missing = tmp_path / "no-such-kubeconfig"
+    assert laggard(["k8s-sync", "--server", "http://127.0.0.1:9", "--kubeconfig", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "no Kubernetes API server" in err and "--kubeconfig" in err and "Traceback" not in err
+
+
 PLAN_CASES = [
     # hint action, existing taints, expected taints after (None: untouched)
     ("avoid", [], [{"key": KEY, "value": "thermal", "effect": "PreferNoSchedule"}]),
