@@ -95,7 +95,7 @@ def _run_server(args: argparse.Namespace) -> int:
     migrate.upgrade(engine)
     engine.dispose()
     writer = _start_writer_process(settings)
-    worker_settings = settings.model_copy(update={"migrate_on_start": False, **_writer_settings(writer)})
+    worker_settings = settings.model_copy(update={"migrate_on_start": False, **(writer.worker_settings if writer is not None else {})})
     try:
         return _supervise_workers(worker_settings, common, writer)
     finally:
@@ -125,14 +125,6 @@ def _start_writer_process(settings: Settings):
     writer.start()
     logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
     return writer
-
-
-def _writer_settings(writer) -> dict:
-    if writer is None:
-        return {}
-    from pydantic import SecretStr
-
-    return {name: SecretStr(value) if name == "ingest_writer_key" else value for name, value in writer.worker_settings.items()}
 
 
 def _supervise_workers(settings: Settings, common: dict, writer) -> int:

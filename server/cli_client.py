@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+import httpx
+
 
 def add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", default=os.environ.get("LAGGARD_SERVER", "http://127.0.0.1:8080"), help="collector URL (LAGGARD_SERVER)")
@@ -19,3 +21,18 @@ def auth_headers(token: str | None) -> dict[str, str]:
         with open(path) as f:
             token = f.read().strip()
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class CollectorUnavailable(RuntimeError):
+    """The collector could not be reached, or did not answer as expected (the message says which)."""
+
+
+def call_collector(method: str, server: str, path: str, *, token: str | None, expect: int, timeout: float, **kwargs) -> httpx.Response:
+    """One request to the collector; CollectorUnavailable unless it answers `expect`."""
+    try:
+        resp = httpx.request(method, f"{server.rstrip('/')}{path}", headers=auth_headers(token), timeout=timeout, **kwargs)
+    except httpx.HTTPError as exc:
+        raise CollectorUnavailable(f"cannot reach {server}: {exc}") from exc
+    if resp.status_code != expect:
+        raise CollectorUnavailable(f"{resp.status_code} from {server}: {resp.text[:500]}")
+    return resp

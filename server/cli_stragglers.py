@@ -7,9 +7,7 @@ import datetime as dt
 import json
 import sys
 
-import httpx
-
-from server.cli_client import add_server_flags, auth_headers
+from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
 
 COLUMNS = ("ID", "CLUSTER", "NODE", "GPU", "CAUSE", "SEVERITY", "SINCE", "SUMMARY")
 
@@ -28,12 +26,9 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     params = {k: v for k in ("cluster", "node", "cause", "severity") if (v := getattr(args, k)) is not None}
     try:
-        resp = httpx.get(f"{args.server.rstrip('/')}/api/v1/stragglers", params=params, headers=auth_headers(args.token), timeout=10)
-    except httpx.HTTPError as exc:
-        print(f"laggard: cannot reach {args.server}: {exc}", file=sys.stderr)
-        return 1
-    if resp.status_code != 200:
-        print(f"laggard: {resp.status_code} from {args.server}: {resp.text[:500]}", file=sys.stderr)
+        resp = call_collector("GET", args.server, "/api/v1/stragglers", token=args.token, expect=200, timeout=10, params=params)
+    except CollectorUnavailable as exc:
+        print(f"laggard: {exc}", file=sys.stderr)
         return 1
     stragglers = resp.json()["stragglers"]
     if args.output == "json":

@@ -8,9 +8,7 @@ import json
 import sys
 import time
 
-import httpx
-
-from server.cli_client import add_server_flags, auth_headers
+from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
 from server.hints.render import render_table
 
 
@@ -47,25 +45,15 @@ def _acting(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, default=None, help="repeat every this many seconds (default: once)")
 
 
-class HintsUnavailable(RuntimeError):
-    pass
-
-
 def fetch_hints(server: str, cluster: str | None, token: str | None = None) -> dict:
     params = {"cluster": cluster} if cluster else {}
-    try:
-        resp = httpx.get(f"{server.rstrip('/')}/api/v1/hints", params=params, headers=auth_headers(token), timeout=30)
-    except httpx.HTTPError as exc:
-        raise HintsUnavailable(f"cannot reach {server}: {exc}") from exc
-    if resp.status_code != 200:
-        raise HintsUnavailable(f"{resp.status_code} from {server}: {resp.text[:500]}")
-    return resp.json()
+    return call_collector("GET", server, "/api/v1/hints", token=token, expect=200, timeout=30, params=params).json()
 
 
 def run_hints(args: argparse.Namespace) -> int:
     try:
         doc = fetch_hints(args.server, args.cluster, args.token)
-    except HintsUnavailable as exc:
+    except CollectorUnavailable as exc:
         print(f"laggard: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=2) if args.output == "json" else render_table(doc, all_nodes=args.all))
@@ -84,7 +72,7 @@ def _loop(args: argparse.Namespace, once) -> int:
         try:
             once(fetch_hints(args.server, args.cluster, args.token))
             status = 0
-        except HintsUnavailable as exc:
+        except CollectorUnavailable as exc:
             print(f"laggard: {exc}; nothing changed", file=sys.stderr)
             status = 1
         except Exception as exc:  # one failed round (API server, scontrol) must not end a loop

@@ -7,9 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import httpx
-
-from server.cli_client import add_server_flags, auth_headers
+from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
 from server.protocol import DEFAULT_CLUSTER
 
 
@@ -26,12 +24,9 @@ def add_parser(sub) -> None:
 def run_ack(args: argparse.Namespace) -> int:
     body = {"node": args.node, "cluster": args.cluster, "gpu": args.gpu, "note": args.note}
     try:
-        resp = httpx.post(f"{args.server.rstrip('/')}/api/v1/acks", json=body, headers=auth_headers(args.token), timeout=30)
-    except httpx.HTTPError as exc:
-        print(f"laggard ack: cannot reach {args.server}: {exc}", file=sys.stderr)
-        return 1
-    if resp.status_code != 201:
-        print(f"laggard ack: {resp.status_code} from {args.server}: {resp.text[:500]}", file=sys.stderr)
+        resp = call_collector("POST", args.server, "/api/v1/acks", token=args.token, expect=201, timeout=30, json=body)
+    except CollectorUnavailable as exc:
+        print(f"laggard ack: {exc}", file=sys.stderr)
         return 1
     ack = resp.json()
     what = f"GPU {ack['gpu']} of {ack['node']}" if ack["gpu"] is not None else ack["node"]

@@ -26,6 +26,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Callable
 
+from pydantic import SecretStr
+
 from server.store.engine import database_unavailable, disk_full, make_engine
 from server.store.ids import GpuClaimConflict
 from server.store.samples import UnresolvedBatch
@@ -64,9 +66,9 @@ class WriterProcess:
         self.process: multiprocessing.process.BaseProcess | None = None
 
     @property
-    def worker_settings(self) -> dict[str, str]:
-        """What a worker's Settings need to write through this process."""
-        return {"ingest_writer_socket": self.address, "ingest_writer_key": self.authkey.hex()}
+    def worker_settings(self) -> dict[str, Any]:
+        """What a worker's Settings need to write through this process (as Settings fields)."""
+        return {"ingest_writer_socket": self.address, "ingest_writer_key": SecretStr(self.authkey.hex())}
 
     def start(self, timeout: float = 60.0) -> None:
         ctx = multiprocessing.get_context("spawn")
