@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 GpuSampleT, NicSampleT = schema.GpuSample.__table__, schema.NicSample.__table__
 NodeT, EpisodeT = schema.Node.__table__, schema.Episode.__table__
 GPU_LABELS = ("cluster", "node", "gpu", "uuid")
+XID_LAST_HORIZON_S = 3600.0  # laggard_gpu_xid_last_timestamp_seconds: XIDs this recent
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
 
@@ -123,6 +124,7 @@ class LaggardCollector:
         out.append(build)
         out += self._node_families(state, now)
         out += self._gpu_families(state)
+        out.append(_xid_last_family(state["xid_last"]))
         out += nic_families(state["nic_items"])
         out += self._episode_families(state)
         out += self._counter_families(state["counters"])
@@ -151,13 +153,18 @@ class LaggardCollector:
         last_xid = dict(conn.execute(text(
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
+        xid_last = conn.execute(text(
+            'SELECT n.cluster, n.name, g."index", g.uuid, x.xid, max(x.ts) FROM xid_events x JOIN gpus g ON g.id = x.gpu_id '
+            "JOIN nodes n ON n.id = g.node_id WHERE x.ts >= :since GROUP BY n.cluster, n.name, g.\"index\", g.uuid, x.xid"),
+            {"since": now - XID_LAST_HORIZON_S}).all()
         progress = dict(conn.execute(text("SELECT key, value FROM detector_progress")).all())
         backlog = backlog_of(conn, progress)
         holders = holder_names(conn) if conn.dialect.name == "postgresql" else None
         pending = {r[0]: (r[1], r[2]) for r in conn.execute(text(
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
-            "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "progress": progress,
+            "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "xid_last": xid_last,
+            "progress": progress,
             "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(),
         }
 
@@ -412,6 +419,18 @@ def _laggard_gpu_families() -> tuple[Family, ...]:
         Family("laggard_gpu_nvlink_links", "gauge", "NVLink links the GPU has.", GPU_LABELS),
         Family("laggard_gpu_nvlink_crc_errors_total", "counter", "NVLink CRC errors (flit and data), all links.", GPU_LABELS),
     )
+
+
+def _xid_last_family(rows: list[tuple]) -> Family:
+    """When each GPU last reported each XID code. A counter cannot alert on a GPU's first XID: its
+    series is born at 1, and increase() over a series' first sample is 0 (issue #16); "the
+    last one was less than 10 minutes ago" can."""
+    fam = Family("laggard_gpu_xid_last_timestamp_seconds", "gauge",
+                 f"Time (epoch seconds) of the GPU's latest XID of this code, for XIDs of the last {XID_LAST_HORIZON_S // 3600:.0f} h.",
+                 (*GPU_LABELS, "xid"))
+    for cluster, node, index, uuid, xid, ts in sorted(rows):
+        fam.add((cluster, node, str(index), uuid, str(xid)), ts)
+    return fam
 
 
 class _PeerGroupMembers(dict):

@@ -242,3 +242,25 @@ def test_alerting_rules_load_and_evaluate(prometheus, variables):
 
 def test_an_expression_without_data_would_be_caught(prometheus, variables):
     assert query(prometheus, 'laggard_straggler_active{cluster="no-such-cluster"}') == []
+
+
+def test_the_first_xid_of_a_gpu_fires_the_hardware_xid_rule(prometheus):
+    """Issue #16: the fleet's only XID (79 on sim-node-2 GPU 6, reported once) is the first of its
+    GPU, so its counter series is born at 1 and increase() over it is 0. The rule must fire on
+    series as this real scrape produces them, not on hand-written input series seeded at 0."""
+    def xid_alert(alert: dict) -> bool:
+        labels = alert["labels"]
+        return (labels["alertname"] == "LaggardHardwareXid" and labels.get("node") == "sim-node-2" and labels.get("gpu") == "6"
+                and labels.get("xid") == "79" and alert["state"] == "firing")
+
+    deadline = time.monotonic() + 60
+    alerts: list = []
+    while time.monotonic() < deadline:
+        alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
+        if any(xid_alert(a) for a in alerts):
+            break
+        time.sleep(0.5)
+    assert any(xid_alert(a) for a in alerts), [a["labels"] for a in alerts]
+    # Reported once: the counter never left 1, so a rule on increase() alone could not have fired.
+    counter = query(prometheus, 'laggard_gpu_xid_errors_total{node="sim-node-2",gpu="6",xid="79"}')
+    assert [float(s["value"][1]) for s in counter] == [1.0]

@@ -120,6 +120,8 @@ def test_laggard_series(fleet_server):
     assert values(body, "laggard_nic_link_rate_bytes_per_second", node="n1") == [400e9 / 8]
     assert values(body, "laggard_episodes_opened_total", cluster="prod", cause="thermal") == [1]
     assert values(body, "laggard_gpu_xid_errors_total", node="n1", gpu="2", xid="79") == [1]
+    assert values(body, "laggard_gpu_xid_last_timestamp_seconds", cluster="prod", node="n1", gpu="2", xid="79") == [t0]
+    assert values(body, "laggard_gpu_xid_last_timestamp_seconds", node="n2") == []
     assert values(body, "laggard_detection_lag_seconds", cluster="prod")[0] >= 0
     assert values(body, "laggard_detection_backlog_batches") != []
     body = wait_ingest(server.url, 24)
