@@ -6,15 +6,15 @@
 - notification(): Alertmanager's webhook payload, version "4", for a group of alerts.
 - postable(): the body item of Alertmanager's POST /api/v2/alerts.
 
-The fingerprint is a hash of the label set, as Alertmanager's is, so it is the same on every
-delivery, every retry and every collector process, and the resolve of an alert carries the
-fingerprint of its firing. (It is not Alertmanager's own FNV-64 value.)
+The fingerprint is Alertmanager's own (the label set's 64-bit FNV-1a, as Prometheus computes
+it), so it is the same on every delivery, every retry and every collector process, the resolve
+of an alert carries the fingerprint of its firing, and a receiver that deduplicates on it pairs
+Laggard's webhooks with what an Alertmanager reports for the same alert.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,14 +34,20 @@ def parse_rfc3339(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+# Prometheus' label-set fingerprint: 64-bit FNV-1a over the names in sorted order, each name and
+# value followed by the byte 0xff, printed as 16 hex digits.
+_FNV64_OFFSET = 14695981039346656037
+_FNV64_PRIME = 1099511628211
+_MASK64 = 2**64 - 1
+
+
 def fingerprint(labels: Mapping[str, str]) -> str:
-    h = hashlib.sha256()
+    h = _FNV64_OFFSET
     for name in sorted(labels):
-        h.update(name.encode())
-        h.update(b"\xff")
-        h.update(str(labels[name]).encode())
-        h.update(b"\xff")
-    return h.hexdigest()[:16]
+        for part in (name, str(labels[name])):
+            for byte in part.encode() + b"\xff":
+                h = ((h ^ byte) * _FNV64_PRIME) & _MASK64
+    return f"{h:016x}"
 
 
 def episode_labels(ep: Mapping[str, Any], *, severity: str | None = None) -> dict[str, str]:

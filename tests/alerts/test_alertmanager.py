@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from server.alerts.payload import fingerprint
 from server.alerts.settings import AlertSettings
 from server.app import create_app
 from server.detect.settings import DetectionSettings
@@ -80,6 +81,9 @@ def test_alerts_reach_alertmanager_and_resolve(alertmanager, tmp_path, sqlite_ur
         # Alertmanager holds it active, with the endsAt Laggard gave (4 resend periods ahead).
         active = httpx.get(f"{am_url}/api/v2/alerts", timeout=10).json()
         assert [a["labels"]["node"] for a in active] == ["n2"] and active[0]["status"]["state"] == "active"
+        # The fingerprint Laggard gives the same label set is Alertmanager's own (issue #16), so
+        # downstream deduplication pairs a webhook's alert with the Alertmanager's.
+        assert fingerprint(alert["labels"]) == alert["fingerprint"] == active[0]["fingerprint"]
 
         push_range(server.url, t0, 10, 18)  # cools down: the episode resolves, Laggard posts endsAt
         docs = receiver.wait(lambda d: any(x["status"] == "resolved" for x in d), timeout=30)
