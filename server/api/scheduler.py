@@ -47,6 +47,18 @@ async def _hints(request: Request, cluster: str | None) -> tuple[dict[str, Any],
         return {}, f"laggard: {exc}"
 
 
+async def _unknown_cluster(request: Request, cluster: str | None, hints: dict[str, Any]) -> str | None:
+    """Why a named cluster is unknown (no node of it has ever reported), or None. Answering such a
+    request as if every node were healthy would let a typo in urlPrefix turn filtering off unseen."""
+    if cluster is None or hints:
+        return None
+    known = sorted({n["cluster"] for n in (await snapshot(request, None)).doc["nodes"]})
+    if cluster in known:
+        return None
+    return (f"laggard: unknown cluster {cluster!r}: no node of it has reported (check the extender's urlPrefix "
+            f"or hints.scheduler_cluster; known clusters: {', '.join(known) or 'none yet'})")
+
+
 async def _json(payload: Any, big: bool) -> Response:
     content = await asyncio.to_thread(orjson.dumps, payload) if big else orjson.dumps(payload)
     return Response(content, media_type="application/json")
@@ -58,19 +70,26 @@ def _cluster(request: Request, cluster: str | None) -> str | None:
 
 async def _filter(request: Request, cluster: str | None) -> Response:
     args = await _args(request)
-    hints, error = await _hints(request, _cluster(request, cluster))
+    name = _cluster(request, cluster)
+    hints, error = await _hints(request, name)
+    if not error:
+        error = await _unknown_cluster(request, name, hints) or ""
     result = extender.filter_result(args, hints, request.app.state.settings.hints, error=error)
     return await _json(result, big=args.nodes is not None and len(args.node_items or ()) > 200)
 
 
 async def _prioritize(request: Request, cluster: str | None) -> Response:
     args = await _args(request)
-    hints, _ = await _hints(request, _cluster(request, cluster))
+    name = _cluster(request, cluster)
+    hints, _ = await _hints(request, name)
+    if (unknown := await _unknown_cluster(request, name, hints)) is not None:
+        # HostPriorityList has no error field: the scheduler logs a failed prioritize and goes on.
+        raise ApiError(404, unknown, loc=["path", "cluster"], type="unknown_cluster")
     return await _json(extender.prioritize_result(args, hints, request.app.state.settings.hints), big=False)
 
 
 _FILTER_DOC = dict(summary="Extender filter: ExtenderArgs → ExtenderFilterResult (avoid/drain nodes fail)", responses={400: {}})
-_PRIORITIZE_DOC = dict(summary="Extender prioritize: ExtenderArgs → HostPriorityList (score = capacity × 10)", responses={400: {}})
+_PRIORITIZE_DOC = dict(summary="Extender prioritize: ExtenderArgs → HostPriorityList (score = capacity × 10)", responses={400: {}, 404: {}})
 
 
 @router.post("/filter", **_FILTER_DOC)

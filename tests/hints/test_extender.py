@@ -179,6 +179,18 @@ def test_cluster_in_the_path_picks_another_clusters_hints(extender_server):
     assert r.json() == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 10}]  # n2 is unknown there
 
 
+def test_an_unknown_cluster_is_an_error_not_every_node_passed(extender_server):
+    # Issue #16: a typo in urlPrefix ("prdo") passed every node with Error "", filtering silently off.
+    r = post(extender_server.url, "/scheduler/clusters/prdo/filter", {"NodeNames": ["n1", "n2"]})
+    assert r.status_code == 200 and list(r.json()) == FILTER_KEYS
+    assert "unknown cluster 'prdo'" in r.json()["Error"] and "known clusters: other, prod" in r.json()["Error"]
+    r = post(extender_server.url, "/scheduler/clusters/prdo/prioritize", {"NodeNames": ["n1", "n2"]})
+    assert r.status_code == 404 and "unknown cluster 'prdo'" in r.json()["detail"][0]["msg"]
+    assert r.json()["detail"][0]["loc"] == ["path", "cluster"]
+    # A known cluster with no problem node is no error.
+    assert post(extender_server.url, "/scheduler/clusters/other/filter", {"NodeNames": ["n2"]}).json()["Error"] == ""
+
+
 @pytest.mark.parametrize(("raw", "loc"), [(b"{not json", ["body"]), (b'{"NodeNames": "n1"}', ["body", "NodeNames"])])
 def test_bad_requests_get_the_error_shape(extender_server, raw, loc):
     r = post(extender_server.url, "/scheduler/filter", raw)
