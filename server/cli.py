@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from server import cli_stragglers
+from server import __version__, cli_errors, cli_stragglers
 from server.auth import cli as cli_tokens
 from server.hints import cli as cli_hints
 from server.hints import cli_ack
@@ -22,12 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     # One line per HTTP request from the demo's agents would drown the progress lines.
     for noisy in ("alembic.runtime.plugins", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return args.run(args)
+    if args.log_level != "debug":
+        # "Running upgrade 0001 -> 0002" on every `laggard token` or `migrate` is noise; --log-level debug shows it.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        return args.run(args)
+    except cli_errors.config_errors() as exc:
+        print(f"laggard {args.command}: {cli_errors.explain(exc, args)}", file=sys.stderr)
+        return cli_errors.EXIT_CONFIG
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="laggard", description="Laggard collector: GPU straggler detection.")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"laggard {__version__}")
     # The domains' commands (server/auth/cli.py, server/hints/cli.py) get their settings from
     # here: a domain never imports the collector's settings class above it.
     parser.set_defaults(load_settings=settings_from_flags)
@@ -77,6 +85,10 @@ def _run_server(args: argparse.Namespace) -> int:
     from server.serve import KEEP_ALIVE_S
 
     settings = settings_from_flags(args)
+    if settings.migrate_on_start:
+        # Startup would fail on it anyway, as a traceback from inside uvicorn. (Without migrating
+        # at start the collector may come up before its database and wait, not ready.)
+        cli_errors.check_database(settings.database_url)
     common = {"host": settings.host, "port": settings.port, "log_level": args.log_level, "timeout_graceful_shutdown": 10,
               "timeout_keep_alive": KEEP_ALIVE_S, **_tls(settings)}
     if settings.workers <= 1:

@@ -36,6 +36,9 @@ DEMO_FAULTS: dict[int, list[str]] = {
 }
 
 
+LOCK_FILES = (".detector-lock", ".write-lock")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     database_url = args.database_url or _fresh_sqlite(Path.cwd() / "laggard-demo.db")
     # The demo runs on loopback with simulated agents: no tokens (the app warns loudly).
@@ -65,15 +68,25 @@ def run_demo(args: argparse.Namespace) -> int:
             pusher.close(flush_timeout=5)
         fleet.close()
         server.stop()
+        if args.database_url is None:
+            _remove_lock_files(database_url)
     print("\nstopped.")
     return 0
 
 
 def _fresh_sqlite(path: Path) -> str:
     # The demo starts from an empty database each time; its file name is its own.
-    for suffix in ("", "-wal", "-shm", ".write-lock"):
+    for suffix in ("", "-wal", "-shm", *LOCK_FILES):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return f"sqlite:///{path}"
+
+
+def _remove_lock_files(database_url: str) -> None:
+    # Side files of the locks the demo's collector held (server/detect/leader.py,
+    # server/store/write_lock.py); its database stays, for a look afterwards.
+    path = database_url.removeprefix("sqlite:///")
+    for suffix in LOCK_FILES:
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _add_node(fleet: SimFleet, i: int, args: argparse.Namespace) -> SimulatedNode:

@@ -62,3 +62,6 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
     assert "straggler #1 gpu-node-002 GPU 5: thermal" in out
     assert "Traceback" not in out, out[-3000:]
     assert proc.returncode == 0 and "stopped." in out
+    # The database stays for a look afterwards; the locks' side files go with the collector (issue #16).
+    assert sorted(p.name for p in tmp_path.iterdir() if "lock" in p.name) == []
+    assert (tmp_path / "laggard-demo.db").exists()
