@@ -9,10 +9,10 @@ Runs on a thread in the process that leads detection (is_leader), one cycle ever
    first pending alert was recorded; it is then leased (a row lease in the database, so that a
    second dispatcher, say during a leadership hand-over, cannot send it too) and every pending
    alert of the group goes out as ONE notification: an alert storm in one cluster for one cause
-   is one page. For each fingerprint only the newest state is sent (a resolve supersedes its
-   firing). A 2xx marks them sent; anything else schedules a retry after an exponential backoff
-   with jitter (backoff_initial_s doubling up to backoff_max_s, times 0.5-1.0), and after
-   give_up_after_s the alerts are dropped, logged and counted;
+   is one page. For each fingerprint only the newest state is sent, except that an alert never
+   sent firing is sent firing first and its resolve min_firing_s later. A 2xx marks them
+   sent; anything else schedules a retry after an exponential backoff with jitter
+   (backoff_initial_s doubling up to backoff_max_s, times 0.5-1.0), and after give_up_after_s the alerts are dropped, logged and counted;
 3. Alertmanager receivers are re-sent their active alerts every alertmanager_resend_s;
 4. delivered rows are deleted after keep_s.
 
@@ -162,6 +162,7 @@ class AlertDispatcher:
         if receiver is None:
             self._finish(token, rows, now, error="receiver no longer configured", give_up=True)
             return 0
+        rows = self._hold_resolves_of_unsent_firings(rows, now)
         latest: dict[str, dict[str, Any]] = {}
         for _, _, _, alert, fp in rows:
             latest[fp] = alert  # rows are in outbox order: the newest state of each alert wins
@@ -174,6 +175,25 @@ class AlertDispatcher:
             return 0
         self._finish(token, rows, self.clock(), sent_alerts=len(alerts), receiver=receiver)
         return 1
+
+    def _hold_resolves_of_unsent_firings(self, rows: list, now: float) -> list:
+        """The rows to send now. An alert whose firing has not gone out and whose newest state is
+        resolved goes out firing now; its resolve waits min_firing_s (released from this lease),
+        because a receiver that never saw it firing would never notify it (issue #16)."""
+        first_firing: dict[str, int] = {}
+        for i, (_, _, _, alert, fp) in enumerate(rows):
+            if alert["status"] == "firing":
+                first_firing.setdefault(fp, i)
+        newest = {fp: alert["status"] for _, _, _, alert, fp in rows}
+        held_fps = {fp for fp, status in newest.items() if status == "resolved" and fp in first_firing}
+        if not held_fps:
+            return rows
+        send = [r for i, r in enumerate(rows) if r[4] not in held_fps or i <= _last_firing(rows, r[4])]
+        held = [r[0] for r in rows if r not in send]
+        with self._turn.held(), self.engine.begin() as conn:
+            conn.execute(update(DeliveryT).where(DeliveryT.c.id.in_(held)).values(
+                lease_token=None, lease_until=None, next_attempt_at=now + self.cfg.min_firing_s))
+        return send
 
     def _finish(self, token: str, rows: list, now: float, *, error: str | None = None, receiver: Receiver | None = None,
                 sent_alerts: int = 0, give_up: bool = False) -> None:
@@ -232,6 +252,10 @@ class AlertDispatcher:
     def pending(self) -> int:
         with self.engine.connect() as conn:
             return len(conn.execute(select(DeliveryT.c.id).where(DeliveryT.c.state == "pending")).all())
+
+
+def _last_firing(rows: list, fp: str) -> int:
+    return max(i for i, r in enumerate(rows) if r[4] == fp and r[3]["status"] == "firing")
 
 
 def _lease_free(now: float):

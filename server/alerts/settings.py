@@ -20,6 +20,11 @@ class AlertSettings(BaseModel):
     group_wait_s: float = Field(
         10.0, description="Alerts of one cluster and cause that open (or resolve) within this window go out as one notification."
     )
+    min_firing_s: float = Field(
+        60.0, description="An episode that opened and resolved before its firing alert went out (say during the startup "
+                          "pass) is still sent firing first; its resolve follows this much later, so that a receiver, and "
+                          "Alertmanager with its own group_wait (30 s by default), notifies the firing before the resolve."
+    )
     poll_s: float = Field(0.5, description="How often the dispatcher looks for work.")
     timeout_s: float = Field(10.0, description="HTTP timeout of one delivery.")
     backoff_initial_s: float = Field(2.0, description="First retry delay; doubled on every failure (with jitter)...")

@@ -132,16 +132,39 @@ def test_group_wait_groups_one_cluster_and_cause(engine):
     assert d.run_once() == 0 and len(transport.requests) == 3  # each sent once
 
 
-def test_a_resolve_supersedes_its_unsent_firing(engine):
+def test_an_episode_resolved_before_its_firing_went_out_is_sent_firing_then_resolved(engine):
+    # Issue #16: opened and resolved within the startup pass, it was sent only as resolved, and a
+    # receiver (Alertmanager) that never saw it firing never notified it.
     clock, transport = Clock(), Transport()
-    d = make(engine, transport, clock)
+    d = make(engine, transport, clock, min_firing_s=60.0)
     ep = open_episode(engine, at=clock.t)
     clock.t += 2
     resolve(engine, ep, clock.t)
     clock.t += 20
-    d.run_once()
+    assert d.run_once() == 1
     (url, doc), = transport.requests
-    assert [a["status"] for a in doc["alerts"]] == ["resolved"] and doc["status"] == "resolved"
+    assert [a["status"] for a in doc["alerts"]] == ["firing"] and doc["status"] == "firing"
+    clock.t += 59
+    assert d.run_once() == 0 and len(transport.requests) == 1  # the resolve waits min_firing_s
+    clock.t += 2
+    assert d.run_once() == 1
+    resolved = transport.requests[1][1]
+    assert [a["status"] for a in resolved["alerts"]] == ["resolved"]
+    assert resolved["alerts"][0]["fingerprint"] == doc["alerts"][0]["fingerprint"]
+    clock.t += 600
+    assert d.run_once() == 0 and len(transport.requests) == 2  # each sent once
+
+
+def test_a_resolve_of_a_firing_already_sent_is_not_held(engine):
+    clock, transport = Clock(), Transport()
+    d = make(engine, transport, clock, min_firing_s=60.0)
+    ep = open_episode(engine, at=clock.t)
+    clock.t += 11
+    assert d.run_once() == 1
+    resolve(engine, ep, clock.t)
+    clock.t += 11
+    assert d.run_once() == 1
+    assert [r[1]["alerts"][0]["status"] for r in transport.requests] == ["firing", "resolved"]
 
 
 def test_backoff_with_jitter_and_giving_up(engine, caplog):
