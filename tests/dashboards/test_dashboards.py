@@ -221,6 +221,18 @@ def test_template_variables_offer_the_values_used(prometheus, variables):
     assert checked == {"cluster", "node", "gpu"}
 
 
+def wait_for_alert(prometheus: str, wanted, timeout: float = 60.0) -> list:
+    """Prometheus' alerts once one of them is `wanted`, or the last answer at the deadline."""
+    deadline = time.monotonic() + timeout
+    alerts: list = []
+    while time.monotonic() < deadline:
+        alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
+        if any(wanted(a) for a in alerts):
+            break
+        time.sleep(0.5)
+    return alerts
+
+
 def test_alerting_rules_load_and_evaluate(prometheus, variables):
     """The rules file is loaded by this Prometheus, and its straggler rule fires on the fleet's straggler."""
     rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=30).json()["data"]["groups"]
@@ -230,13 +242,7 @@ def test_alerting_rules_load_and_evaluate(prometheus, variables):
         return (alert["labels"]["alertname"] in ("LaggardStragglerCritical", "LaggardStragglerWarning")
                 and alert["labels"].get("node") == variables["node"] and alert["labels"].get("gpu") == variables["gpu"])
 
-    deadline = time.monotonic() + 60
-    alerts: list = []
-    while time.monotonic() < deadline:
-        alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
-        if any(ours(a) for a in alerts):
-            break
-        time.sleep(0.5)
+    alerts = wait_for_alert(prometheus, ours)
     assert any(ours(a) for a in alerts), alerts
 
 
@@ -253,13 +259,7 @@ def test_the_first_xid_of_a_gpu_fires_the_hardware_xid_rule(prometheus):
         return (labels["alertname"] == "LaggardHardwareXid" and labels.get("node") == "sim-node-2" and labels.get("gpu") == "6"
                 and labels.get("xid") == "79" and alert["state"] == "firing")
 
-    deadline = time.monotonic() + 60
-    alerts: list = []
-    while time.monotonic() < deadline:
-        alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
-        if any(xid_alert(a) for a in alerts):
-            break
-        time.sleep(0.5)
+    alerts = wait_for_alert(prometheus, xid_alert)
     assert any(xid_alert(a) for a in alerts), [a["labels"] for a in alerts]
     # Reported once: the counter never left 1, so a rule on increase() alone could not have fired.
     counter = query(prometheus, 'laggard_gpu_xid_errors_total{node="sim-node-2",gpu="6",xid="79"}')
