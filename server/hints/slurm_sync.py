@@ -19,6 +19,7 @@ import logging
 import re
 import shlex
 import subprocess
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,9 +101,21 @@ class SlurmChange:
         return " ".join(parts)
 
 
+# Slurm reasons travel through scontrol, sinfo, logs and NHC scripts that assume ASCII ("°C"
+# came back as mojibake): the symbols Laggard's texts use, spelled out; anything else decomposed
+# to its ASCII letters (é -> e) or dropped.
+_ASCII_SPELLINGS = {"°C": " C", "°": " deg", "×": "x", "−": "-", "–": "-", "—": "-", "µ": "u", "…": "...", "≥": ">=", "≤": "<="}
+
+
+def ascii_reason(text: str) -> str:
+    for symbol, spelled in _ASCII_SPELLINGS.items():
+        text = text.replace(symbol, spelled)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return " ".join(text.split())
+
+
 def drain_reason(hint: Mapping[str, Any], cfg: HintSettings) -> str:
-    text = " ".join(f"{cfg.slurm_reason_prefix} {hint['text'] or hint['action']}".split())
-    return text[:MAX_REASON]
+    return ascii_reason(f"{cfg.slurm_reason_prefix} {hint['text'] or hint['action']}")[:MAX_REASON]
 
 
 def plan(slurm_nodes: Mapping[str, Mapping[str, str]], doc: Mapping[str, Any], cfg: HintSettings) -> tuple[list[SlurmChange], list[str]]:

@@ -13,7 +13,7 @@ import pytest
 
 from server.cli import main as laggard
 from server.hints.settings import HintSettings
-from server.hints.slurm_sync import SlurmChange, parse_show_node, plan
+from server.hints.slurm_sync import SlurmChange, drain_reason, parse_show_node, plan
 from tests.hints.helpers import HintsServer, hint_doc
 
 SHOW_NODE = """\
@@ -219,3 +219,14 @@ def test_scontrol_failures_are_reported(tmp_path, capsys):
     with HintsServer(DOC) as hints:
         assert laggard(["slurm-sync", "--server", hints.url, "--scontrol", str(failing), "--apply"]) == 1
     assert "Unable to contact slurm controller" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("thermal: GPU 5 HW thermal slowdown, 92 °C vs 80 °C", "laggard: thermal: GPU 5 HW thermal slowdown, 92 C vs 80 C"),
+    ("clock: GPU 2 SM clock −49% (8×A100 peers) — node café", "laggard: clock: GPU 2 SM clock -49% (8xA100 peers) - node cafe"),
+    ("xid: GPU 6 hardware XID 79\n(GPU has fallen off the bus)", "laggard: xid: GPU 6 hardware XID 79 (GPU has fallen off the bus)"),
+])
+def test_drain_reasons_are_ascii(text, reason):
+    # Issue #16: "°C" reached Slurm's reasons; sinfo, logs and NHC scripts assume ASCII.
+    got = drain_reason({"text": text, "action": "drain"}, HintSettings())
+    assert got == reason and got.isascii()
