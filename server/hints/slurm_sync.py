@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from server.hints.render import by_node_name
-from server.hints.settings import HintSettings
+from server.hints.settings import RANK, HintSettings
 
 log = logging.getLogger(__name__)
 # Values that run to the end of their line in `scontrol show node` (they may hold spaces).
@@ -120,7 +120,7 @@ def drain_reason(hint: Mapping[str, Any], cfg: HintSettings) -> str:
 
 def plan(slurm_nodes: Mapping[str, Mapping[str, str]], doc: Mapping[str, Any], cfg: HintSettings) -> tuple[list[SlurmChange], list[str]]:
     """The scontrol commands that bring Slurm in step with the hints, and notes on nodes left alone."""
-    hints = by_node_name(doc)
+    hints = in_slurm_names(by_node_name(doc), set(slurm_nodes))
     scontrol = cfg.scontrol_path
     changes: list[SlurmChange] = []
     notes: list[str] = []
@@ -147,6 +147,28 @@ def plan(slurm_nodes: Mapping[str, Mapping[str, str]], doc: Mapping[str, Any], c
             else:
                 notes.append(f"node {name}: drained by laggard, now {hint['action']}: left drained until {'/'.join(cfg.slurm_resume_actions)}")
     return changes, notes
+
+
+def in_slurm_names(hints: dict[str, dict[str, Any]], slurm_names: set[str]) -> dict[str, dict[str, Any]]:
+    """The hints keyed by Slurm's NodeNames: an agent reporting gpu-017.cluster.example matches the
+    NodeName gpu-017, and an agent reporting gpu-017 matches gpu-017.cluster.example, when only one
+    Slurm node has that short name. A name Slurm has exactly is kept; so is one it has not at all
+    (noted by plan()). Two names landing on one node: the graver hint wins, as by_node_name does."""
+    slurm_by_short: dict[str, list[str]] = {}
+    for name in slurm_names:
+        slurm_by_short.setdefault(_short(name), []).append(name)
+    out: dict[str, dict[str, Any]] = {}
+    for name, hint in hints.items():
+        candidates = slurm_by_short.get(_short(name), [])
+        target = name if name in slurm_names or len(candidates) != 1 else candidates[0]
+        prev = out.get(target)
+        if prev is None or RANK[hint["action"]] > RANK[prev["action"]]:
+            out[target] = hint
+    return out
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[0]
 
 
 def show_nodes(cfg: HintSettings, *, timeout: float = 60.0) -> dict[str, dict[str, str]]:

@@ -13,7 +13,7 @@ import pytest
 
 from server.cli import main as laggard
 from server.hints.settings import HintSettings
-from server.hints.slurm_sync import SlurmChange, drain_reason, parse_show_node, plan
+from server.hints.slurm_sync import SlurmChange, drain_reason, in_slurm_names, parse_show_node, plan
 from tests.hints.helpers import HintsServer, hint_doc
 
 SHOW_NODE = """\
@@ -230,3 +230,28 @@ def test_drain_reasons_are_ascii(text, reason):
     # Issue #16: "°C" reached Slurm's reasons; sinfo, logs and NHC scripts assume ASCII.
     got = drain_reason({"text": text, "action": "drain"}, HintSettings())
     assert got == reason and got.isascii()
+
+
+def _hint(action: str) -> dict:
+    return {"action": action, "capacity": 1.0 if action == "ok" else 0.0, "cause": None, "text": ""}
+
+
+@pytest.mark.parametrize(("agents", "slurm", "expected"), [
+    # Agents report FQDNs, Slurm has short NodeNames (issue #16), and the reverse.
+    ({"gpu-017.c.example": "drain"}, {"gpu-017", "gpu-018"}, {"gpu-017": "drain"}),
+    ({"gpu-017": "drain"}, {"gpu-017.c.example", "gpu-018.c.example"}, {"gpu-017.c.example": "drain"}),
+    ({"gpu-017": "drain"}, {"gpu-017"}, {"gpu-017": "drain"}),  # exact names stay exact
+    # Two Slurm nodes with that short name: no guess; plan() notes the name Slurm does not know.
+    ({"gpu-017": "drain"}, {"gpu-017.a.example", "gpu-017.b.example"}, {"gpu-017": "drain"}),
+    # Two agent names on one Slurm node: the graver hint wins.
+    ({"gpu-017": "ok", "gpu-017.c.example": "drain"}, {"gpu-017"}, {"gpu-017": "drain"}),
+])
+def test_agent_names_match_slurm_names_short_or_fully_qualified(agents, slurm, expected):
+    got = in_slurm_names({n: _hint(a) for n, a in agents.items()}, slurm)
+    assert {n: h["action"] for n, h in got.items()} == expected
+
+
+def test_an_fqdn_agent_drains_its_short_named_slurm_node():
+    doc = hint_doc(("gpu-017.c.example", "drain", 0.0, [("xid", "GPU 1 hardware XID 79")]))
+    changes, notes = plan({"gpu-017": {"State": "IDLE", "Reason": ""}}, doc, HintSettings())
+    assert [(c.node, c.verb) for c in changes] == [("gpu-017", "drain")] and notes == []
