@@ -22,9 +22,14 @@ from agent.exposition import Family
 MIB = 1024 * 1024
 
 # dcgm-exporter's label names, in its order, plus the cluster (which dcgm-exporter does not know).
-# Its pci_bus_id and DCGM_FI_DRIVER_VERSION labels are left out: no dashboard selects on them, and
-# at 10,000 GPUs they would add a third to the size of every scrape.
-DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "cluster")
+# `Hostname` and `hostname` both: dcgm-exporter renamed the label in 2026 and dashboards select
+# on one or the other. No `instance`: on the agent's own endpoint Prometheus adds the agent's
+# address, as it does to dcgm-exporter's series.
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION", "cluster")
+# On the collector, which serves every node's GPUs: `instance` = the node as well, so that with
+# honor_labels in the scrape job each node's series look as if its own exporter served them
+# (issue #16). It goes last: a label tuple is dcgm_labels(...) + (node,).
+FLEET_DCGM_LABELS = (*DCGM_LABELS, "instance")
 
 
 class DcgmField(NamedTuple):
@@ -71,10 +76,14 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
 XID_FIELD = DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid")
 
 
-def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, cluster: str) -> tuple[str, ...]:
-    """One GPU's label values, in DCGM_LABELS order (device = the nvidia<minor> device name; the
-    NVML index stands in for the minor number, as it does on almost every node)."""
-    return (str(index), uuid, f"nvidia{index}", model or "", hostname, cluster)
+def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, cluster: str, pci_bus_id: str | None,
+                driver: str | None) -> tuple[str, ...]:
+    """One GPU's label values, in DCGM_LABELS order. device: dcgm-exporter's is the nvidia<minor>
+    device name; the NVML index stands in for the minor number (which the agent does not send),
+    as it equals it on almost every node. pci_bus_id is NVML's, the form dcgm-exporter writes
+    ("00000000:19:00.0"); driver: the node's driver version, as the agent reported it. Unknown
+    values are "", which Prometheus stores as no label."""
+    return (str(index), uuid, pci_bus_id or "", f"nvidia{index}", model or "", hostname, hostname, driver or "", cluster)
 
 
 def _derive(m: dict[str, Any]) -> dict[str, Any]:
@@ -91,10 +100,12 @@ def _derive(m: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
-def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, extra: bool = True) -> list[Family]:
-    """DCGM families for (label values, latest readings) pairs; a reading that is None (not
-    supported, or the GPU is lost: pass {}) is left out, as dcgm-exporter leaves out blank
-    fields. The readings dicts are extended in place. extra=False: the default set only."""
+def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, extra: bool = True,
+                  labelnames: tuple[str, ...] = DCGM_LABELS) -> list[Family]:
+    """DCGM families for (label values in `labelnames` order, latest readings) pairs; a reading
+    that is None (not supported, or the GPU is lost: pass {}) is left out, as dcgm-exporter
+    leaves out blank fields. The readings dicts are extended in place. extra=False: the default
+    set only."""
     items = [(labels, _derive(m)) for labels, m in gpus if m]
     labels_list = [labels for labels, _ in items]
     readings = [m for _, m in items]
@@ -102,7 +113,7 @@ def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, ext
     for field in DCGM_FIELDS:
         if field.extra and not extra:
             continue
-        fam = Family(field.name, field.type, field.help, DCGM_LABELS)
+        fam = Family(field.name, field.type, field.help, labelnames)
         key = field.key
         values = [m.get(key) for m in readings]
         if None in values:

@@ -64,7 +64,8 @@ class NodeMetrics:
         gpus = []
         if sample is not None:
             for gpu in sample.gpus:
-                labels = dcgm_labels(index=gpu.index, uuid=gpu.uuid, model=gpu.model, hostname=self.node, cluster=self.cluster)
+                labels = dcgm_labels(index=gpu.index, uuid=gpu.uuid, model=gpu.model, hostname=self.node, cluster=self.cluster,
+                                     pci_bus_id=gpu.pci_bus_id, driver=self.driver)
                 labels_by_uuid[gpu.uuid] = labels
                 readings = {} if gpu.lost else dataclasses.asdict(gpu)
                 gpus.append((labels, readings))

@@ -20,6 +20,7 @@ from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
     acks,
+    docs,
     gpus,
     health,
     hints,
@@ -42,7 +43,7 @@ from server.hints.held import held_fault_ids
 from server.hints.service import HintsCache
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
-from server.settings import Settings
+from server.settings import Settings, replica_name
 from server.store import migrate
 from server.store.engine import make_engine
 from server.store.partitions import ensure_partitions
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> FastAPI:
-    app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan)
+    # /docs and /redoc: server/api/docs.py, whose pages load nothing from CDNs (air-gapped clusters).
+    app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.write_health = WriteHealth(hold_s=settings.write_failure_unready_s)
     for module, scopes in _router_scopes(settings):
@@ -89,6 +91,7 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
         (token_self, SCOPES),
         (acks, (ADMIN,)),
         (health, ()),
+        (docs, ()),
     ]
 
 
@@ -106,8 +109,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
                                    limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
     app.state.admission = Admission(settings.ingest_limits, engine)
+    replica = replica_name(settings)
     detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
-                                 leader_retry_s=settings.leader_retry_s)
+                                 leader_retry_s=settings.leader_retry_s, replica=replica)
     if settings.detection_enabled:
         detection.start()
     app.state.detection = detection
@@ -115,7 +119,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
     # /metrics shows the hints GET /api/v1/hints serves, handed over here: metrics import no hints.
     hint_cache = app.state.hints_cache = HintsCache(engine, settings.hints)
-    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names,
+    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names, replica=replica,
                                        hints=lambda: hint_cache.get(None).doc)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,6 +27,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = Field(1, description="uvicorn worker processes; ingest parses in parallel across them.")
+    replica: str | None = Field(
+        None, max_length=200, description="This collector's name among replicas sharing a database (default: host:port). The "
+                                          "replica leading detection exports the fleet-level metrics; the others do not.")
     migrate_on_start: bool = True
 
     max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")
@@ -132,3 +137,7 @@ def settings_from_flags(flags: object) -> Settings:
     which win over defaults."""
     overrides = {k: v for k in FLAG_SETTINGS if (v := getattr(flags, k, None)) is not None}
     return Settings(**overrides)
+
+
+def replica_name(settings: Settings) -> str:
+    return settings.replica or f"{socket.gethostname()}:{settings.port}"

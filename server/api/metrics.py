@@ -18,7 +18,11 @@ def metrics(request: Request) -> Response:
     settings = state.settings.metrics
     if not settings.enabled:
         raise ApiError(404, "metrics are turned off (LAGGARD_METRICS__ENABLED=false)", loc=["path"], type="not_found")
-    body = state.metrics_renderer.render(state.metrics_collector.families())
+    exporter = state.fleet_exporter
+    exports = exporter.exports()
+    # The fleet's series once, however many replicas are scraped (server/metrics/exporter.py).
+    families = state.metrics_collector.families() if exports else []
+    body = state.metrics_renderer.render([*families, exporter.family(exports)])
     if settings.process_series:
         from prometheus_client import generate_latest
 

@@ -7,7 +7,12 @@ SQLite: an exclusive flock on a side file. PostgreSQL: a session advisory lock h
 dedicated connection. When the leader's process dies, its socket closes and PostgreSQL ends the
 session (and the lock) at once; when its host or network dies instead, nothing closes the
 socket, so the lock session asks the server for short TCP keepalives and a user timeout: the
-server drops it, and another replica takes over, within about LOCK_SESSION_TIMEOUT_S."""
+server drops it, and another replica takes over, within about LOCK_SESSION_TIMEOUT_S.
+
+The leader also says which replica it belongs to (`replica`: host:port unless set), for the
+processes that export fleet-level metrics only where the leader is (server/metrics/exporter.py):
+written into the side file on SQLite, a shared advisory lock (REPLICA_NS, crc32(replica)) on the
+lock session on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import os
 
 from sqlalchemy import Engine, text
 
-from server.store.detector_state import ADVISORY_KEY, MEMBER_NS, SHARDING_LEADER
+from server.store.detector_state import ADVISORY_KEY, MEMBER_NS, REPLICA_NS, SHARDING_LEADER, as_int4, leader_side_file, replica_key
 
 # Server-side keepalive of the lock session: idle 5 s, then 3 probes 2 s apart; unacknowledged
 # sends give up after 15 s. Per-session settings: no postgresql.conf change needed.
@@ -26,8 +31,9 @@ KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_ke
 
 
 class LeaderLock:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, *, replica: str = ""):
         self.engine = engine
+        self.replica = replica
         self._fd: int | None = None
         self._conn = None
 
@@ -66,12 +72,14 @@ class LeaderLock:
         if not database or database == ":memory:":
             self._fd = os.open(os.devnull, os.O_RDONLY)
             return True
-        fd = os.open(f"{database}.detector-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(leader_side_file(database), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, self.replica.encode(), 0)
         self._fd = fd
         return True
 
@@ -89,6 +97,7 @@ class LeaderLock:
             for name, value in KEEPALIVE.items():
                 # Ignored by the server on a Unix socket, where a dead peer is seen at once anyway.
                 conn.execute(text("SELECT set_config(:n, :v, false)"), {"n": name, "v": value})
+            conn.execute(text("SELECT pg_advisory_lock_shared(:ns, :k)"), {"ns": REPLICA_NS, "k": as_int4(replica_key(self.replica))})
             conn.commit()
             self._conn = conn
             return True

@@ -29,12 +29,12 @@ NodeT = schema.Node.__table__
 
 
 class DetectionService:
-    def __init__(self, engine: Engine, cfg: DetectionSettings, *, poll_s: float = 0.2, leader_retry_s: float = 2.0):
+    def __init__(self, engine: Engine, cfg: DetectionSettings, *, poll_s: float = 0.2, leader_retry_s: float = 2.0, replica: str = ""):
         self.engine = engine
         self.cfg = cfg
         self.poll_s = poll_s
         self.leader_retry_s = leader_retry_s
-        self.lock = LeaderLock(engine)
+        self.lock = LeaderLock(engine, replica=replica)
         self.leases = ClusterLeases(engine) if engine.dialect.name == "postgresql" else None
         self.shards: dict[str, Shard] = {}
         self.clusters: tuple[str, ...] = ()  # judged here now (read by /readyz from another thread)

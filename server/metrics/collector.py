@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from agent.dcgm_fields import DCGM_FIELDS, DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_labels, nic_families
+from agent.dcgm_fields import DCGM_FIELDS, FLEET_DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_labels, nic_families
 from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
@@ -251,7 +251,7 @@ class LaggardCollector:
         nodes = state["nodes"]
         ratio, deviation, capacity, lost, links_up, links, crc = laggard_gpu = _laggard_gpu_families()
         dcgm_items = []
-        xid = Family(XID_FIELD.name, XID_FIELD.type, XID_FIELD.help, DCGM_LABELS)
+        xid = Family(XID_FIELD.name, XID_FIELD.type, XID_FIELD.help, FLEET_DCGM_LABELS)
         groups: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
         caps = self._gpu_capacity(state)
         last_xid = state["last_xid"]
@@ -265,15 +265,18 @@ class LaggardCollector:
             node = nodes.get(row[1])
             if node is None:
                 continue
-            cluster, hostname = node[1], node[2]
-            index, uuid, model = row[2], row[3], row[4]
+            cluster, hostname, driver = node[1], node[2], _driver_version(node[4])
+            index, uuid, model, pci_bus_id = row[2], row[3], row[4], row[5]
             gpu = str(index)
             m = dict(zip(_GPU_COLUMNS, row[6:]))
             # The same label tuples from scrape to scrape: the renderer then finds its cached
             # line heads by identity (agent/exposition.py Renderer).
-            ident = (row[0], cluster, hostname, index, uuid, model)
+            ident = (row[0], cluster, hostname, index, uuid, model, pci_bus_id, driver)
             pair = fresh[ident] = cache.get(ident) or (
-                (cluster, hostname, gpu, uuid), dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster))
+                (cluster, hostname, gpu, uuid),
+                # As if the node's own exporter served them: instance = the node (FLEET_DCGM_LABELS).
+                (*dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster, pci_bus_id=pci_bus_id,
+                              driver=driver), hostname))
             labels, dlabels = pair
             is_lost = bool(m["lost"])
             add_lost(labels, int(is_lost))
@@ -310,7 +313,7 @@ class LaggardCollector:
     def _with_dcgm_families(self, out: list[Family], dcgm_items: list, xid: Family) -> list[Family]:
         if not self.cfg.dcgm_series:
             return out
-        return dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series) + [xid] + out
+        return dcgm_families(dcgm_items, extra=self.cfg.dcgm_extra_series, labelnames=FLEET_DCGM_LABELS) + [xid] + out
 
     @staticmethod
     def _hint_capacity(state: dict[str, Any]) -> dict[tuple[str, str, int], float] | None:
@@ -419,6 +422,13 @@ def _laggard_gpu_families() -> tuple[Family, ...]:
         Family("laggard_gpu_nvlink_links", "gauge", "NVLink links the GPU has.", GPU_LABELS),
         Family("laggard_gpu_nvlink_crc_errors_total", "counter", "NVLink CRC errors (flit and data), all links.", GPU_LABELS),
     )
+
+
+def _driver_version(agent: Any) -> str | None:
+    """The driver version in a node's stored agent info (the `agent` object of its latest batch,
+    docs/protocol.md), None where the agent did not say."""
+    driver = agent.get("driver") if isinstance(agent, dict) else None
+    return driver if isinstance(driver, str) else None
 
 
 def _xid_last_family(rows: list[tuple]) -> Family:

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from agent.exposition import Renderer
 from server.metrics.collector import LaggardCollector
+from server.metrics.exporter import FleetExporter
 from server.metrics.ingest import IngestMetricsMiddleware, IngestRecorder
 from server.metrics.maintainer import MetricsMaintainer
 
@@ -27,10 +28,12 @@ def install(app: FastAPI) -> None:
     app.state.process_registry = registry
 
 
-def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receivers: Callable[[], list[str]],
+def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receivers: Callable[[], list[str]], replica: str,
           hints: Callable[[], dict] | None = None) -> MetricsMaintainer:
-    """`hints`: the current hints document (the app wires the one GET /api/v1/hints serves)."""
+    """`hints`: the current hints document (the app wires the one GET /api/v1/hints serves);
+    `replica`: this process's replica, as the detection leader names its own."""
     settings = app.state.settings
+    app.state.fleet_exporter = FleetExporter(engine, replica)
     app.state.metrics_collector = LaggardCollector(engine, settings.metrics, min_peers=settings.detection.min_peers, receivers=receivers,
                                                    hints=hints)
     maintainer = MetricsMaintainer(engine, settings.metrics, app.state.ingest_metrics, is_leader=is_leader)

@@ -4,6 +4,8 @@ advisory locks by which replicas share detection on PostgreSQL (pg_locks)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import zlib
 from dataclasses import dataclass
 
@@ -24,6 +26,10 @@ ADVISORY_KEY = zlib.crc32(b"laggard-detector")  # the leader lock
 MEMBER_NS = zlib.crc32(b"laggard-detector-replicas") & 0x7FFFFFFF
 SHARDING_LEADER = 1
 LEASE_NS = zlib.crc32(b"laggard-cluster-lease") & 0x7FFFFFFF
+# (REPLICA_NS, crc32(replica)): held shared by the leader's lock session beside the leader lock, so
+# that every process can tell whether the leader belongs to its own replica (the one that then
+# exports the fleet-level series, server/metrics/exporter.py) without trusting application_name.
+REPLICA_NS = zlib.crc32(b"laggard-leader-replica") & 0x7FFFFFFF
 _LOCKS_SQL = text(
     "SELECT l.pid, l.classid::bigint, l.objid::bigint, l.objsubid, a.application_name FROM pg_locks l "
     "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
@@ -34,6 +40,11 @@ _LOCKS_SQL = text(
 def bucket(cluster: str) -> int:
     """The lease key of a cluster: crc32 of its name, as pg_locks shows it (unsigned)."""
     return zlib.crc32(cluster.encode())
+
+
+def replica_key(replica: str) -> int:
+    """The lock key naming a replica, as pg_locks shows it (unsigned)."""
+    return zlib.crc32(replica.encode())
 
 
 def as_int4(key: int) -> int:
@@ -82,3 +93,37 @@ def backlog(conn: Connection, progress: dict[str, float]) -> int:
         "LEFT JOIN detector_progress p ON p.key = :prefix || n.cluster "
         "WHERE l.id > :floor AND l.id > COALESCE(p.value, :legacy)"
     ), {"prefix": CURSOR_PREFIX, "floor": floor, "legacy": legacy}).scalar()
+
+
+def leader_side_file(database: str) -> str:
+    """SQLite: the file whose exclusive flock is the leader lock; it holds the leader's replica."""
+    return f"{database}.detector-lock"
+
+
+def leader_is(conn: Connection, replica: str) -> bool | None:
+    """Whether the process leading detection belongs to `replica`; None when none leads."""
+    if conn.dialect.name != "postgresql":
+        database = conn.engine.url.database
+        return _side_file_names(leader_side_file(database), replica) if database and database != ":memory:" else None
+    return conn.execute(text(
+        "SELECT bool_or(m.pid IS NOT NULL) FROM pg_locks l LEFT JOIN pg_locks m ON m.pid = l.pid AND m.locktype = 'advisory' "
+        "AND m.granted AND m.classid::bigint = :ns AND m.objid::bigint = :r AND m.objsubid = 2 "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = 0 AND l.objid::bigint = :k AND l.objsubid = 1 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    ), {"ns": REPLICA_NS, "r": replica_key(replica), "k": ADVISORY_KEY}).scalar()
+
+
+def _side_file_names(path: str, replica: str) -> bool | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: by the leader, whose replica the file names
+            return os.pread(fd, 4096, 0).decode(errors="replace") == replica
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

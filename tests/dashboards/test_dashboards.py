@@ -221,6 +221,39 @@ def test_template_variables_offer_the_values_used(prometheus, variables):
     assert checked == {"cluster", "node", "gpu"}
 
 
+def test_dcgm_dashboards_can_select_a_node(prometheus, variables):
+    """Issue #16: NVIDIA's dcgm-exporter dashboard selects a node by `instance` and names lines by
+    `gpu`. Through the shipped scrape job (honor_labels), each node's per-GPU series carry that node
+    as `instance`, as if its own exporter were scraped, while the collector's own series (and `up`)
+    keep the collector's address."""
+    nodes = [f"sim-node-{i}" for i in range(4)]
+    (count,) = query(prometheus, 'count(count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="laggard"}))')
+    assert float(count["value"][1]) == len(nodes)
+    gpu5 = [s["metric"] for s in query(prometheus, 'DCGM_FI_DEV_GPU_TEMP{job="laggard", gpu="5"}')]
+    assert sorted(s["instance"] for s in gpu5) == nodes
+    for s in gpu5:
+        assert s["Hostname"] == s["hostname"] == s["instance"] and s["cluster"] == CLUSTER, s
+        assert s["device"] == "nvidia5" and re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]", s["pci_bus_id"]), s
+        assert s["DCGM_FI_DRIVER_VERSION"] and "exported_instance" not in s, s
+    r = httpx.get(f"{prometheus}/api/v1/label/instance/values", params={"match[]": 'DCGM_FI_DEV_GPU_TEMP{job="laggard"}'}, timeout=30)
+    assert r.json()["data"] == nodes  # what a dashboard's label_values(DCGM_FI_DEV_GPU_TEMP, instance) offers
+    (up,) = query(prometheus, 'up{job="laggard"}')
+    collector = up["metric"]["instance"]
+    assert collector not in nodes
+    for own in ("laggard_build_info", "laggard_nodes_reporting", "process_resident_memory_bytes"):
+        assert {s["metric"]["instance"] for s in query(prometheus, f'{own}{{job="laggard"}}')} == {collector}, own
+
+
+def test_scrape_configs_honor_the_collectors_labels():
+    """Every shipped scrape config of the collector keeps the `instance` its per-GPU series carry."""
+    for path in (DASHBOARDS / "prometheus.yml", REPO / "deploy/compose/prometheus.yml"):
+        (job,) = [j for j in yaml.safe_load(path.read_text())["scrape_configs"] if j["job_name"] == "laggard"]
+        assert job.get("honor_labels") is True, path
+    monitor = yaml.safe_load((REPO / "deploy/kubernetes/monitoring/servicemonitor.yaml").read_text())
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
+    assert "honor_labels: true" in (REPO / "docs/observability.md").read_text()
+
+
 def wait_for_alert(prometheus: str, wanted, timeout: float = 60.0) -> list:
     """Prometheus' alerts once one of them is `wanted`, or the last answer at the deadline."""
     deadline = time.monotonic() + timeout

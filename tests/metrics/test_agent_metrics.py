@@ -15,7 +15,7 @@ import pytest
 from agent.cli import parse_config
 from agent.metrics import NodeMetrics, parse_listen
 from agent.sample import GpuSample, NicSample, Sample, XidEvent
-from tests.metrics.tools import free_port, promtool_check_metrics, values
+from tests.metrics.tools import free_port, promtool_check_metrics, samples, values
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,6 +67,19 @@ def test_node_metrics_tee_and_exposition():
     rc, problems = promtool_check_metrics(text)
     for line in problems:  # dcgm-exporter's own naming, as on the collector (tests/metrics/test_collector.py)
         assert line.startswith("DCGM_FI_") and ("camelCase" in line or "should not include type 'counter'" in line), line
+
+
+def test_dcgm_labels_as_dcgm_exporter_writes_them():
+    """Issue #16: the agent is the node's own exporter, so its DCGM series carry dcgm-exporter's
+    labels, `Hostname` and `hostname` both, the PCI bus id and the driver version, and no
+    `instance`: Prometheus gives them the agent's address, as it gives dcgm-exporter's."""
+    metrics = NodeMetrics(None, node="n1", cluster="prod", driver="550.54.15")
+    metrics.submit(sample(1000.0))
+    parsed = samples(metrics.exposition())
+    gpu1 = {"gpu": "1", "UUID": "GPU-1", "pci_bus_id": "00000000:19:00.0", "device": "nvidia1", "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": "n1", "hostname": "n1", "DCGM_FI_DRIVER_VERSION": "550.54.15", "cluster": "prod"}
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"):
+        assert [dict(labels) for n, labels in parsed if n == name and dict(labels)["gpu"] == "1"] == [gpu1], name
 
 
 def test_empty_before_the_first_sample():

@@ -96,6 +96,30 @@ def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in body
 
 
+def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):
+    """Issue #16: to a dashboard built for dcgm-exporter, each node's per-GPU series look as if that
+    node's own exporter served them: `instance` is the node (kept by the scrape job's
+    honor_labels), with `Hostname` and `hostname`, `pci_bus_id`, `device` and
+    `DCGM_FI_DRIVER_VERSION` from what the node's agent reported. Laggard's own series carry no
+    `instance`, so they keep the collector's."""
+    server, _, _ = fleet_server
+    body = scrape(server.url)
+    parsed = samples(body)
+    n1_gpu0 = {"instance": "n1", "Hostname": "n1", "hostname": "n1", "gpu": "0", "UUID": "GPU-n1-0", "pci_bus_id": "00000000:18:00.0",
+               "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "DCGM_FI_DRIVER_VERSION": "550.54.15", "cluster": "prod"}
+    assert [dict(labels) for name, labels in parsed if name == "DCGM_FI_DEV_GPU_TEMP" and dict(labels)["UUID"] == "GPU-n1-0"] == [n1_gpu0]
+    # GPU 5 of each node: one series per node, told apart by instance.
+    gpu5 = [dict(labels) for name, labels in parsed if name == "DCGM_FI_DEV_GPU_TEMP" and dict(labels)["gpu"] == "5"]
+    assert sorted(s["instance"] for s in gpu5) == ["n1", "n2"]
+    assert all(s["instance"] == s["Hostname"] == s["hostname"] and s["pci_bus_id"] == "00000000:1D:00.0" for s in gpu5)
+    # Every DCGM family, the XID one included, carries the same labels.
+    dcgm = [dict(labels) for name, labels in parsed if name.startswith("DCGM_FI_")]
+    assert {name for name, _ in parsed if name.startswith("DCGM_FI_")} >= {"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK"}
+    assert all(set(s) == set(n1_gpu0) and s["instance"] == s["Hostname"] for s in dcgm)
+    laggard = [dict(labels) for name, labels in parsed if not name.startswith("DCGM_FI_")]
+    assert laggard and not any("instance" in s or "job" in s for s in laggard)
+
+
 def test_laggard_series(fleet_server):
     server, url, t0 = fleet_server
     body = wait_metric(server.url, "laggard_gpu_xid_errors_total")

@@ -161,8 +161,10 @@ def test_three_replicas_share_four_clusters_and_survive_a_kill_9(postgres_url, t
         assert sorted((e, c, n) for e, c, n in events) == sorted(  # what the alerts are made of (server/alerts/outbox.py)
             [(e, "opened", 1) for e in states] + [(e, "resolved", 1) for e, is_open in states.items() if not is_open])
         assert sorted(positions) == [f"ingest_log.low_water:{c}" for c in CLUSTERS]
-        metrics = httpx.get(f"{urls[survivors[0]]}/metrics", timeout=10).text
-        for cluster in CLUSTERS:  # which replica judges each cluster, from any replica's /metrics
+        # Which replica judges each cluster, from the /metrics of the one replica exporting the fleet.
+        texts = [httpx.get(f"{urls[n]}/metrics", timeout=10).text for n in survivors]
+        (metrics,) = [t for t in texts if values(t, "laggard_fleet_exporter") == [1]]
+        for cluster in CLUSTERS:
             holders = [n for n in survivors if values(metrics, "laggard_detection_lease_holder", cluster=cluster, replica=n) == [1]]
             assert len(holders) == 1 and cluster in held(urls[holders[0]])
         assert fleet.acked == len(CLUSTERS) * len(NODES) * 26
