@@ -181,10 +181,8 @@ class Detector:
     def warm(self, item: NodeInstant) -> None:
         """Replay an instant that was judged before a restart: rebuild windows, judge nothing."""
         node = self._node(item)
-        obs = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
-        busy = any(o.busy for o in obs)
-        for row in item.nic_rows:
-            self._observe_nic(item, row, busy, node)
+        busy = any(o.busy for o in self._observe_gpus(item, node))
+        self._observe_nics(item, busy, node)
 
     def judged_until(self) -> dict[str, float]:
         """Per cluster, the instant up to which every node still reporting has been judged."""
@@ -276,45 +274,59 @@ class Detector:
         return node
 
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
-        gpus = [self._observe_gpu(item, row, node) for row in item.gpu_rows]
+        gpus = self._observe_gpus(item, node)
         node_busy = any(o.busy for o in gpus)
-        nics = [self._observe_nic(item, row, node_busy, node) for row in item.nic_rows]
+        nics = self._observe_nics(item, node_busy, node)
         changes = self._judge_gpus(item.ts, gpus)
         changes += self._judge_missing(node, item)
         changes += self._judge_nics(item.ts, nics)
         return changes
 
-    def _observe_gpu(self, item: NodeInstant, row: dict[str, Any], node: _Node) -> GpuObs:
-        uuid = row["uuid"]
-        state = self.gpus[uuid]
-        group = peer_group(cluster=item.cluster, model=row["model"], labels=item.labels)
-        since = state.prev_row["ts"] if state.prev_row is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
-        xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
-        obs = gpu_obs(row, state.prev_row, group=group, xids=xids)
-        state.prev_row = row
-        state.node = (item.cluster, item.node)
-        state.absent = 0
-        state.window.items.append(obs)
-        state.recent.note_gpu(obs)
-        node.gpus.add(uuid)
-        return obs
+    def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
+        groups: dict[str | None, str] = {}  # by model: one node's GPUs share the rest of their group
+        out = []
+        for row in item.gpu_rows:
+            uuid, model = row["uuid"], row["model"]
+            group = groups.get(model)
+            if group is None:
+                group = groups[model] = peer_group(cluster=item.cluster, model=model, labels=item.labels)
+            state = self.gpus[uuid]
+            prev = state.prev_row
+            xids = ()
+            if item.xids:
+                since = prev["ts"] if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
+                xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
+            obs = gpu_obs(row, prev, group=group, xids=xids)
+            state.prev_row = row
+            state.node = (item.cluster, item.node)
+            state.absent = 0
+            state.window.items.append(obs)
+            state.recent.note_gpu(obs)
+            node.gpus.add(uuid)
+            out.append(obs)
+        return out
 
-    def _observe_nic(self, item: NodeInstant, row: dict[str, Any], node_busy: bool, node: _Node) -> NicObs:
-        key = nic_entity(item.cluster, item.node, row["device"], row["port"])
-        node.nics.add(key)
-        state = self.nics[key]
+    def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> list[NicObs]:
         group = nic_group(cluster=item.cluster, labels=item.labels)
-        expected = self.namesakes.observe(f"{group}|{row['device']}|{row['port']}", f"{item.cluster}/{item.node}", row["rate_gbps"])
-        # A port's peers inside its node are the ports of the same role: the same link rate as
-        # their namesakes on the other nodes (a 200 Gb/s storage NIC is no peer of the 400 Gb/s
-        # compute rails, while a rail that trained down to 200 still is).
-        role = expected if expected is not None else row["rate_gbps"]
-        obs = nic_obs(row, state.prev_row, group=group if role is None else f"{group}|{role:g}", node_busy=node_busy)
-        obs.expected_rate_gbps = expected
-        state.prev_row = row
-        state.window.items.append(obs)
-        state.recent.note_nic(obs, self.cfg)
-        return obs
+        where = f"{item.cluster}/{item.node}"
+        out = []
+        for row in item.nic_rows:
+            device, port, rate = row["device"], row["port"], row["rate_gbps"]
+            key = nic_entity(item.cluster, item.node, device, port)
+            node.nics.add(key)
+            state = self.nics[key]
+            expected = self.namesakes.observe(f"{group}|{device}|{port}", where, rate)
+            # A port's peers inside its node are the ports of the same role: the same link rate as
+            # their namesakes on the other nodes (a 200 Gb/s storage NIC is no peer of the 400 Gb/s
+            # compute rails, while a rail that trained down to 200 still is).
+            role = expected if expected is not None else rate
+            obs = nic_obs(row, state.prev_row, group=group if role is None else f"{group}|{role:g}", node_busy=node_busy)
+            obs.expected_rate_gbps = expected
+            state.prev_row = row
+            state.window.items.append(obs)
+            state.recent.note_nic(obs, self.cfg)
+            out.append(obs)
+        return out
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}

@@ -14,6 +14,9 @@ class NamesakeRates:
     def __init__(self) -> None:
         self._rate_of: dict[str, dict[str, float]] = defaultdict(dict)  # port name → node → rate
         self._counts: dict[str, Counter] = defaultdict(Counter)  # port name → rate → nodes
+        # port name → the rate left out → the median: asked for every port at every instant,
+        # while the rates of a name change only when a link retrains.
+        self._medians: dict[str, dict[float | None, float]] = defaultdict(dict)
 
     def observe(self, name: str, node: str, rate: float | None) -> float | None:
         """Record `node`'s rate for port `name`; the median of the other nodes' (None: none)."""
@@ -24,7 +27,11 @@ class NamesakeRates:
         others = sum(counts.values()) - (own is not None)
         if others <= 0:
             return None
-        return _median(counts, others, own)
+        medians = self._medians[name]
+        median = medians.get(own)
+        if median is None:
+            median = medians[own] = _median(counts, others, own)
+        return median
 
     def forget(self, node: str) -> None:
         for name, rates in self._rate_of.items():
@@ -40,8 +47,10 @@ class NamesakeRates:
             self._drop(name, old)
         self._rate_of[name][node] = rate
         self._counts[name][rate] += 1
+        self._medians.pop(name, None)
 
     def _drop(self, name: str, rate: float) -> None:
+        self._medians.pop(name, None)
         counts = self._counts[name]
         counts[rate] -= 1
         if counts[rate] <= 0:
