@@ -28,10 +28,13 @@ def add_parser(sub) -> None:
     k.add_argument("--selector", help="only nodes matching this label selector")
     k.set_defaults(run=run_k8s_sync)
 
-    s = sub.add_parser("slurm-sync", help="drain Slurm nodes whose hint is drain; resume the ones it drained once healthy")
+    s = sub.add_parser("slurm-sync", help="drain Slurm nodes whose hint is drain and raise the Weight of avoid nodes; "
+                       "resume and restore the ones it changed once healthy")
     _common(s)
     _acting(s)
     s.add_argument("--scontrol", help="scontrol executable (LAGGARD_HINTS__SCONTROL_PATH, default scontrol)")
+    s.add_argument("--reason-prefix", help="start of the drain Reasons it writes and the only drains it resumes; must contain "
+                   "'laggard' (LAGGARD_HINTS__SLURM_REASON_PREFIX, default 'laggard:'; 'NHC: laggard:' for the NHC convention)")
     s.set_defaults(run=run_slurm_sync)
 
 
@@ -61,8 +64,10 @@ def run_hints(args: argparse.Namespace) -> int:
 
 
 def _hint_settings(args: argparse.Namespace, **overrides):
+    """The hints settings with the flags given laid over them, validated like the environment's."""
     cfg = args.load_settings(args).hints
-    return cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return type(cfg).model_validate({**cfg.model_dump(), **given}) if given else cfg
 
 
 def _loop(args: argparse.Namespace, once) -> int:
@@ -99,5 +104,6 @@ def run_k8s_sync(args: argparse.Namespace) -> int:
 def run_slurm_sync(args: argparse.Namespace) -> int:
     from server.hints import slurm_sync
 
-    cfg = _hint_settings(args, scontrol_path=args.scontrol)
+    # An invalid flag (a prefix without 'laggard') raises ValidationError: main() reports it.
+    cfg = _hint_settings(args, scontrol_path=args.scontrol, slurm_reason_prefix=args.reason_prefix)
     return _loop(args, lambda doc: slurm_sync.sync_once(doc, cfg, apply=args.apply))

@@ -129,8 +129,33 @@ class HintSettings(BaseModel):
         default_factory=lambda: ["ok"], description="slurm-sync resumes nodes it drained once their action is one of these."
     )
     slurm_reason_prefix: str = Field(
-        "laggard:", description="Prefix of the drain Reason slurm-sync writes; it resumes only nodes whose Reason starts with it."
+        "laggard:",
+        description="Prefix of the drain Reason slurm-sync writes; it resumes only nodes whose Reason starts with it. ASCII, and "
+        "it must contain 'laggard' so that it can never claim someone else's drains (e.g. 'NHC: laggard:' for sites running "
+        "LBNL NHC, not 'NHC:'); docs/rebalancing.md.",
     )
+    slurm_avoid_actions: list[Action] = Field(
+        default_factory=lambda: ["avoid"],
+        description="slurm-sync raises the Weight of nodes with these actions (Slurm allocates the lowest weights first) and "
+        "restores it once their action is none of these nor a drain action. []: never.",
+    )
+    slurm_avoid_weight: int = Field(
+        1_000_000, ge=1, le=4_294_967_280,
+        description="Added to an avoid node's Weight (capped at Slurm's largest, 4294967280).",
+    )
+
+    @field_validator("slurm_reason_prefix")
+    @classmethod
+    def _own_prefix(cls, prefix: str) -> str:
+        prefix = " ".join(prefix.split())
+        if not prefix.isascii() or not prefix.isprintable():
+            raise ValueError("the reason prefix must be printable ASCII (Slurm reasons are)")
+        if "laggard" not in prefix.lower():
+            raise ValueError(f"the reason prefix {prefix!r} must contain 'laggard', or slurm-sync could take others' drains "
+                             "for its own and resume them (e.g. 'NHC: laggard:', not 'NHC:')")
+        if len(prefix) > 64:
+            raise ValueError("the reason prefix is longer than 64 characters")
+        return prefix
 
     @field_validator("actions")
     @classmethod

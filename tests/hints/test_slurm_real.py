@@ -2,13 +2,18 @@
 slurmctld and six `slurmd -N`) and a real collector whose detector turns pushed XIDs into
 episodes: drains carry the hint's reason, an admin's drain is left alone, only Laggard's own
 drains are resumed, and a hardware XID keeps its node drained past the cool-down until the
-remedy shows (a reboot after the fault) or an operator acknowledges it (`laggard ack`).
+remedy shows (a reboot after the fault) or an operator acknowledges it (`laggard ack`). And an
+avoid hint (a HW thermal slowdown) raises the node's Weight, which Slurm's own allocator honours
+(a real job lands elsewhere), survives `scontrol reconfigure` and goes back when the hint clears,
+leaving an operator's weight and comment alone; with the NHC reason prefix, NHC's own drain is
+left alone and only Laggard's is resumed.
 
 Slurm missing or failing to start is a failure under CI and a skip locally."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +22,7 @@ import httpx
 import pytest
 
 from tests.hints.helpers import (
+    HOT,
     T0,
     body,
     collector,
@@ -145,3 +151,109 @@ def test_slurm_sync_against_real_slurm(slurm, sqlite_url):
 
         # The operator's drain survived every run.
         assert drained(slurm.show(), "gpu-node-002") == (True, ADMIN_REASON)
+
+
+NHC_DRAIN = "NHC: check_fs_mount: /scratch not mounted"  # LBNL NHC's own kind of reason
+HOT_NODES = ("gpu-node-001", "gpu-node-003")  # GPU 3 in a HW thermal slowdown: thermal/critical → avoid
+RAISED = 1 + 1_000_000  # slurm.conf's Weight=1 (the default) + slurm_avoid_weight
+
+
+def test_avoid_raises_the_weight_against_real_slurm(slurm, sqlite_url):
+    env = {**slurm.env, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+
+    def sync(url: str) -> str:
+        result = laggard("slurm-sync", "--server", url, "--apply", "--reason-prefix", "NHC: laggard:", env=env)
+        assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{slurm.logs()}"
+        return result.stdout
+
+    def weights() -> dict[str, tuple[int, str | None]]:
+        return {n: (int(f["Weight"]), f.get("Comment")) for n, f in slurm.show().items()}
+
+    def sinfo_weights() -> dict[str, int]:
+        lines = slurm.run("sinfo", "-N", "-h", "-o", "%N %w").stdout.split("\n")
+        return {name: int(w) for name, w in (line.split() for line in lines if line.strip())}
+
+    def push_hot(start: int, stop: int, hot: bool) -> None:
+        for k in range(start, stop):
+            for name in NODES:
+                push(url, body(name, T0 + k, faults={3: HOT} if hot and name in HOT_NODES else None))
+
+    def allocated_to(nodes: int) -> list[str]:
+        """The nodes Slurm's allocator gives a real job of this many nodes (an allocation with
+        nothing launched in it: `salloc --no-shell`), then cancelled."""
+        granted = slurm.run("salloc", "--no-shell", "-N", str(nodes), "-t", "5").stderr
+        match = re.search(r"Granted job allocation (\d+)", granted)
+        assert match, f"{granted}\n{slurm.logs()}"
+        job = match.group(1)
+        try:
+            got = slurm.run("squeue", "-h", "-j", job, "-o", "%T %N").stdout.split()
+            assert len(got) == 2 and got[0] == "RUNNING", f"{got}\n{slurm.logs()}"
+            return slurm.run("scontrol", "show", "hostnames", got[1]).stdout.split()
+        finally:
+            slurm.run("scancel", job)
+            wait_for(slurm.states, lambda st: not any("ALLOC" in v or "COMPLETING" in v for v in st.values()), timeout=30)
+
+    # Before Laggard: NHC drained gpu-node-002 for a reason of its own; gpu-node-005 was drained
+    # by an earlier Laggard with the NHC-style prefix (healthy now); an operator's comment on
+    # gpu-node-003.
+    slurm.drain("gpu-node-002", NHC_DRAIN)
+    slurm.drain("gpu-node-005", "NHC: laggard: thermal: GPU 2 HW thermal slowdown")
+    slurm.run("scontrol", "update", "NodeName=gpu-node-003", "Comment=rack 7, ticket 42")
+
+    with collector(settings_for(sqlite_url, detect=True, cooldown_s=COOLDOWN_S)) as (server, _):
+        url = server.url
+        push_hot(0, 5, hot=False)
+        push_hot(5, 9, hot=True)
+        doc = wait_for(lambda: get_hints(url), lambda d: all(node_of(d, n)["action"] == "avoid" for n in HOT_NODES))
+        assert [node_of(doc, n)["action"] for n in NODES] == ["avoid", "ok", "avoid", "ok", "ok", "ok"], doc
+        # Slurm, left alone, would put a 3-node job on the first idle nodes: gpu-node-001 among them.
+        assert allocated_to(3) == ["gpu-node-001", "gpu-node-003", "gpu-node-004"]
+
+        out = sync(url)
+        assert 'update NodeName=gpu-node-001 Weight=1000001 Comment="laggard raised Weight 1->1000001"' in out, out
+        assert "update NodeName=gpu-node-005 State=RESUME" in out, out
+        got = weights()
+        assert got["gpu-node-001"] == (RAISED, "laggard raised Weight 1->1000001"), slurm.logs()
+        assert got["gpu-node-003"] == (RAISED, "rack 7, ticket 42; laggard raised Weight 1->1000001")
+        assert [got[n][0] for n in ("gpu-node-002", "gpu-node-004", "gpu-node-005", "gpu-node-006")] == [1, 1, 1, 1]
+        assert sinfo_weights() == {"gpu-node-001": RAISED, "gpu-node-002": 1, "gpu-node-003": RAISED,
+                                   "gpu-node-004": 1, "gpu-node-005": 1, "gpu-node-006": 1}
+        assert drained(slurm.show(), "gpu-node-002") == (True, NHC_DRAIN)  # NHC's: never Laggard's to resume
+        wait_for(lambda: slurm.states().get("gpu-node-005"), lambda st: st == "IDLE", timeout=30)
+        # Slurm allocates the lowest weights first: the avoided nodes only when nothing else is free.
+        assert allocated_to(3) == ["gpu-node-004", "gpu-node-005", "gpu-node-006"]
+        four = allocated_to(4)  # one of the two avoided nodes (a tie: which one is Slurm's business)
+        assert four[-3:] == ["gpu-node-004", "gpu-node-005", "gpu-node-006"] and four[0] in HOT_NODES, four
+
+        # Again: in step.
+        assert "0 to drain, 0 to resume, 0 weights to raise, 0 to restore: done" in sync(url)
+
+        # `scontrol reconfigure` puts every weight back at slurm.conf's and keeps the Comments:
+        # back at the weight before, with the note still there, is raised again.
+        slurm.run("scontrol", "reconfigure")
+        got = wait_for(weights, lambda w: w["gpu-node-001"][0] == 1)
+        assert got["gpu-node-001"] == (1, "laggard raised Weight 1->1000001"), slurm.logs()
+        assert got["gpu-node-003"] == (1, "rack 7, ticket 42; laggard raised Weight 1->1000001")
+        out = sync(url)
+        assert "update NodeName=gpu-node-001 Weight=1000001" in out and "update NodeName=gpu-node-003 Weight=1000001" in out, out
+        assert "0 to drain, 0 to resume, 2 weights to raise, 0 to restore: done" in out
+        assert [weights()[n][0] for n in HOT_NODES] == [RAISED, RAISED]
+
+        # An operator gives gpu-node-003 a weight of their own: theirs from now on.
+        slurm.run("scontrol", "update", "NodeName=gpu-node-003", "Weight=7")
+        out = sync(url)
+        assert "node gpu-node-003: hint avoid; Weight 7 set by someone else since laggard raised it 1->1000001: left as is" in out
+        assert "0 weights to raise" in out, out
+        assert weights()["gpu-node-003"][0] == 7
+
+        # The slowdown ends; the cool-down passes in sample time: the weight goes back.
+        push_hot(9, 9 + int(COOLDOWN_S) + 5, hot=False)
+        wait_for(lambda: get_hints(url), lambda d: all(node_of(d, n)["action"] == "ok" for n in HOT_NODES))
+        out = sync(url)
+        assert 'update NodeName=gpu-node-001 Weight=1 Comment=""' in out, out
+        assert 'update NodeName=gpu-node-003 Comment="rack 7, ticket 42"' in out, out  # the note only: 7 is theirs
+        got = weights()
+        assert got["gpu-node-001"] == (1, None) and got["gpu-node-003"] == (7, "rack 7, ticket 42"), slurm.logs()
+        assert sinfo_weights()["gpu-node-001"] == 1
+        assert drained(slurm.show(), "gpu-node-002") == (True, NHC_DRAIN)
+        assert "0 to drain, 0 to resume, 0 weights to raise, 0 to restore: done" in sync(url)
