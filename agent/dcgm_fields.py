@@ -7,9 +7,10 @@ collector's GET /metrics.
   work unchanged. dcgm-exporter declares some of these counters; their names do not end in
   `_total` (DCGM_FI_DEV_PCIE_REPLAY_COUNTER), which `promtool check metrics` rejects for a
   counter, so they are declared `untyped` here: rate() and increase() do not look at the type.
-  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (a 0..1 ratio, like dcgm-exporter's) comes from NVML's GPM
-  metrics (agent/nvml/readers/tensor_activity.py): only on Hopper and newer, and only from the
-  second sampling cycle on; elsewhere the series is absent.
+  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, DCGM_FI_PROF_GR_ENGINE_ACTIVE and DCGM_FI_PROF_DRAM_ACTIVE (0..1
+  ratios, like dcgm-exporter's) come from NVML's GPM metrics (agent/nvml/readers/tensor_activity.py):
+  only on Hopper and newer, and only from the second sampling cycle on; elsewhere the series are
+  absent.
 """
 
 from __future__ import annotations
@@ -47,12 +48,19 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temp_c"),
     DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp_c"),
     DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_w"),
+    DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "untyped", "Total energy consumed since the driver was last loaded (in mJ).",
+              "energy_mj_total"),
     DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit that the driver enforces (in W).", "power_limit_w"),
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_gpu_pct"),
     DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "util_mem_pct"),
+    DcgmField("DCGM_FI_DEV_ENC_UTIL", "gauge", "Video encoder utilization (in %).", "util_enc_pct"),
+    DcgmField("DCGM_FI_DEV_DEC_UTIL", "gauge", "Video decoder utilization (in %).", "util_dec_pct"),
+    DcgmField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics/compute engine is active.", "_gr_engine_active"),
     DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipes are active.", "_tensor_active"),
+    DcgmField("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of the device memory bandwidth in use (DRAM active).", "_dram_active"),
     DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free_mib"),
     DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "_fb_used_mib"),
+    DcgmField("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved by the driver and firmware (in MiB).", "_fb_reserved_mib"),
     DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask of NVML clocks event reasons).",
               "clocks_event_reasons"),
     DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe current link generation.", "pcie_gen"),
@@ -71,9 +79,35 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
               "nvlink_recovery_errors_total", extra=True),
     DcgmField("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "untyped", "Total number of single-bit persistent ECC errors.", "ecc_corrected_total", extra=True),
     DcgmField("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "untyped", "Total number of double-bit persistent ECC errors.", "ecc_uncorrected_total", extra=True),
+    DcgmField("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "untyped", "Number of rows remapped for correctable errors.",
+              "remapped_rows_correctable_total"),
+    DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "untyped", "Number of rows remapped for uncorrectable errors.",
+              "remapped_rows_uncorrectable_total"),
+    DcgmField("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether a row remap has failed (1: no spare row left).", "_remap_failure"),
     DcgmField("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.", "_remap_pending", extra=True),
 )
 XID_FIELD = DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid")
+
+# The wire readings each derived key (a key starting with "_", computed by _derive) is made of.
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "_fb_used_mib": ("mem_used_bytes", "mem_reserved_bytes"),
+    "_fb_free_mib": ("mem_total_bytes", "mem_used_bytes"),
+    "_fb_reserved_mib": ("mem_reserved_bytes",),
+    "_nvlink_bytes": ("nvlink_tx_bytes_total", "nvlink_rx_bytes_total"),
+    "_remap_pending": ("remapped_rows_pending",),
+    "_remap_failure": ("remapped_rows_failure",),
+    "_tensor_active": ("tensor_active_pct",),
+    "_gr_engine_active": ("gr_engine_active_pct",),
+    "_dram_active": ("dram_active_pct",),
+}
+
+
+def dcgm_inputs(fields: tuple[DcgmField, ...] = DCGM_FIELDS) -> set[str]:
+    """The wire readings these fields are made of: what a reader of stored samples must fetch."""
+    out: set[str] = set()
+    for f in fields:
+        out.update(DERIVED_FROM[f.key] if f.key.startswith("_") else (f.key,))
+    return out
 
 
 def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, cluster: str, pci_bus_id: str | None,
@@ -88,15 +122,25 @@ def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, clus
 
 def _derive(m: dict[str, Any]) -> dict[str, Any]:
     """Add the readings dcgm-exporter reports in other units or combinations (in place)."""
-    total, used = m.get("mem_total_bytes"), m.get("mem_used_bytes")
-    m["_fb_used_mib"] = None if used is None else used / MIB
+    total, used, reserved = m.get("mem_total_bytes"), m.get("mem_used_bytes"), m.get("mem_reserved_bytes")
+    # mem_used_bytes includes what the driver reserves (NVML's v1 "used"); dcgm-exporter's FB_USED
+    # does not: FB_USED + FB_FREE + FB_RESERVED = the total. From an agent that does not send
+    # the reserved part, FB_USED includes it and there is no FB_RESERVED series.
+    m["_fb_used_mib"] = None if used is None else max(0, used - (reserved or 0)) / MIB
     m["_fb_free_mib"] = None if total is None or used is None else (total - used) / MIB
+    m["_fb_reserved_mib"] = None if reserved is None else reserved / MIB
     tx, rx = m.get("nvlink_tx_bytes_total"), m.get("nvlink_rx_bytes_total")
     m["_nvlink_bytes"] = None if tx is None or rx is None else tx + rx
     remap = m.get("remapped_rows_pending")
     m["_remap_pending"] = None if remap is None else int(remap)
+    failure = m.get("remapped_rows_failure")
+    m["_remap_failure"] = None if failure is None else int(failure)
     tensor = m.get("tensor_active_pct")
     m["_tensor_active"] = None if tensor is None else tensor / 100.0  # dcgm-exporter: a ratio
+    gr = m.get("gr_engine_active_pct")
+    m["_gr_engine_active"] = None if gr is None else gr / 100.0
+    dram = m.get("dram_active_pct")
+    m["_dram_active"] = None if dram is None else dram / 100.0
     return m
 
 

@@ -61,6 +61,23 @@ class GpuSample:
     # GPM (Hopper+): % of cycles the tensor pipes were active between this sampling cycle and
     # the previous one; None on the first cycle and on GPUs without GPM.
     tensor_active_pct: float | None = None
+    # dcgm-exporter's default set (issue #16). Cumulative energy since the driver loaded (mJ).
+    energy_mj_total: int | None = None
+    # Video encoder / decoder utilization (% of the driver's own sampling period).
+    util_enc_pct: float | None = None
+    util_dec_pct: float | None = None
+    # Memory the driver and firmware set aside (nvmlMemory_v2_t.reserved): part of mem_used_bytes,
+    # which keeps the v1 meaning (allocated + reserved). None from a driver without the v2 call.
+    mem_reserved_bytes: int | None = None
+    # Row remapping (Ampere+): rows remapped for correctable / uncorrectable errors, and whether
+    # a remap failed (no spare row left).
+    remapped_rows_correctable_total: int | None = None
+    remapped_rows_uncorrectable_total: int | None = None
+    remapped_rows_failure: bool | None = None
+    # GPM (Hopper+), like tensor_active_pct: % of time the graphics/compute engine was active,
+    # and % of the DRAM bandwidth used, between this sampling cycle and the previous one.
+    gr_engine_active_pct: float | None = None
+    dram_active_pct: float | None = None
     xids: list[XidEvent] = field(default_factory=list)
 
 

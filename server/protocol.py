@@ -100,6 +100,17 @@ class Gpu(TypedDict):
     ecc_uncorrected_total: NotRequired[Count | None]
     remapped_rows_pending: NotRequired[bool | None]
     tensor_active_pct: NotRequired[Pct | None]  # GPM, Hopper+; absent from older agents
+    # dcgm-exporter's default series (issue #16); absent from older agents. New keys go last:
+    # gpu_samples has one column per key, in this order (server/store/samples.py).
+    energy_mj_total: NotRequired[Count | None]
+    util_enc_pct: NotRequired[Pct | None]
+    util_dec_pct: NotRequired[Pct | None]
+    mem_reserved_bytes: NotRequired[Bytes | None]
+    remapped_rows_correctable_total: NotRequired[Count | None]
+    remapped_rows_uncorrectable_total: NotRequired[Count | None]
+    remapped_rows_failure: NotRequired[bool | None]
+    gr_engine_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
+    dram_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
     xids: NotRequired[Annotated[list[Xid], Field(max_length=MAX_XIDS)]]  # default []
 
 

@@ -15,6 +15,8 @@ and may undo something when cleared. Reason bits are NVML's clocks-event bits.
   pcie_replays[=r]     PCIe replay counter rising at r per second (default 2)
   xid[=N]              emit XID N (default 79) once through the event set, at the next advance
   ecc[=n]              n uncorrected errors (default 1) + a pending row remap; corrected errors trickle
+  remap_failure        an uncorrected error whose row remap failed: no spare row left in its bank
+                       (nvmlDeviceGetRemappedRows' failureOccurred); clearing it = the board replaced
   lost                 fallen off the bus: every call answers NVML_ERROR_GPU_IS_LOST; clearing it
                        brings the GPU back with a new device handle (as after a reset)
 """
@@ -154,6 +156,17 @@ def _ecc_start(gpu: SimGpu, arg: Any) -> None:
         gpu.remap_pending = True
 
 
+def _remap_failure_start(gpu: SimGpu, arg: Any) -> None:
+    if gpu.model.ecc:
+        gpu.counters.ecc_uncorrected += 1
+    if gpu.model.row_remapping:
+        gpu.remap_failure = True
+
+
+def _remap_failure_stop(gpu: SimGpu) -> None:
+    gpu.remap_failure = False
+
+
 def _lost_stop(gpu: SimGpu) -> None:
     # Back on the bus means reset and re-enumerated: handles from before do not work anymore.
     gpu.new_handle()
@@ -177,6 +190,7 @@ FAULT_KINDS: dict[str, FaultKind] = {
         FaultKind("pcie_replays", apply=_pcie_replays),
         FaultKind("xid", start=_xid_start, one_shot=True),
         FaultKind("ecc", apply=_ecc, start=_ecc_start, stop=_ecc_stop),
+        FaultKind("remap_failure", start=_remap_failure_start, stop=_remap_failure_stop),
         FaultKind("lost", stop=_lost_stop),  # SimGpu.lost; the fake library answers GPU_IS_LOST
     )
 }

@@ -71,6 +71,8 @@ class GpuState:
     ecc_corrected_rate: float = 0.0
     ecc_uncorrected_rate: float = 0.0
     tensor_active_pct: float = 0.0  # % of cycles the tensor pipes are busy (what GPM measures)
+    gr_engine_active_pct: float = 0.0  # % of time the graphics/compute engine has work (GPM)
+    dram_active_pct: float = 0.0  # % of the peak DRAM bandwidth in use (GPM)
 
     @property
     def links_active(self) -> int:
@@ -98,6 +100,9 @@ class Counters:
     remap_correctable: int = 0
     remap_uncorrectable: int = 0
     tensor_active_s: float = 0.0  # seconds of tensor-pipe activity: GPM samples snapshot it
+    gr_active_s: float = 0.0  # seconds of graphics/compute-engine activity (GPM)
+    dram_active_s: float = 0.0  # seconds at full DRAM bandwidth (GPM)
+    energy_mj: float = 0.0  # millijoules since the driver loaded (nvmlDeviceGetTotalEnergyConsumption)
 
 
 XidListener = Callable[["SimGpu", int], None]
@@ -119,6 +124,11 @@ class SimGpu:
         self.call_errors: dict[str, int] = {}
         self.counters = Counters(pcie_replays=rng.randint(40, 120))  # realdata: 43-120 since reset
         self.remap_pending = False
+        self.remap_failure = False  # a remap found no spare row (the remap_failure fault)
+        # Video engines, in % of their sampling period: a training workload leaves them idle
+        # (0 %, as every GPU in realdata shows); set these to simulate a video workload.
+        self.enc_util = 0
+        self.dec_util = 0
         self._xid_queue: list[int] = []
         self._xid_listeners: list[XidListener] = []
         # Per-GPU constants: silicon and cooling differ a little even between healthy peers.
@@ -131,6 +141,12 @@ class SimGpu:
         # seeded reading as it was.
         self._tensor_rng = random.Random(f"{self.uuid}/tensor")
         self._tensor_pct = model.tensor_busy_pct * self._tensor_rng.uniform(0.85, 1.15)
+        # The same for the readings added with dcgm-exporter's default series (issue #16).
+        self._gpm_rng = random.Random(f"{self.uuid}/gpm")
+        self._dram_pct = model.dram_busy_pct * self._gpm_rng.uniform(0.85, 1.15)
+        # The driver was loaded some days before the simulation starts, at about idle power.
+        days_loaded = random.Random(f"{self.uuid}/energy").uniform(1.0, 30.0)
+        self.counters.energy_mj = days_loaded * 86400 * model.power_idle_w * 1000
         self.state = self._compute()
 
     def new_handle(self) -> None:
@@ -213,6 +229,9 @@ class SimGpu:
         c.ecc_corrected += s.ecc_corrected_rate * dt
         c.ecc_uncorrected += s.ecc_uncorrected_rate * dt
         c.tensor_active_s += s.tensor_active_pct / 100.0 * dt
+        c.gr_active_s += s.gr_engine_active_pct / 100.0 * dt
+        c.dram_active_s += s.dram_active_pct / 100.0 * dt
+        c.energy_mj += s.power_w * 1000.0 * dt
 
     @staticmethod
     def _rx_ratio(s: GpuState) -> float:
@@ -226,6 +245,7 @@ class SimGpu:
             if apply:
                 apply(self, s, fault.arg)
         s.tensor_active_pct = self._tensor_activity(s, healthy_clock)
+        s.gr_engine_active_pct, s.dram_active_pct = self._engine_activity(s, healthy_clock)
         s.sm_clock_mhz = max(15, round(s.sm_clock_mhz / 15) * 15)  # NVML clocks step in 15 MHz
         return s
 
@@ -237,6 +257,17 @@ class SimGpu:
             return 0.0
         pct = self._tensor_rng.gauss(self._tensor_pct, 2.0) * min(1.0, s.sm_clock_mhz / healthy_clock)
         return max(0.0, min(100.0, pct))
+
+    def _engine_activity(self, s: GpuState, healthy_clock: float) -> tuple[float, float]:
+        """(graphics engine %, DRAM bandwidth %) for GPM. Busy: kernels queued nearly all the
+        time; DRAM at this GPU's own level, which a slowed GPU, issuing fewer requests per
+        second, scales down with its clock. Idle: neither."""
+        if not s.busy:
+            return 0.0, 0.0
+        r = self._gpm_rng
+        gr = max(0.0, min(100.0, r.gauss(97.0, 1.0)))
+        dram = r.gauss(self._dram_pct, 2.0) * min(1.0, s.sm_clock_mhz / healthy_clock)
+        return gr, max(0.0, min(100.0, dram))
 
     def _baseline(self) -> GpuState:
         m, r = self.model, self.rng

@@ -109,13 +109,15 @@ class _EventSet:
 
 
 class _GpmSample:
-    """What nvmlGpmSampleGet snapshots: the sim clock and the tensor-activity counter."""
+    """What nvmlGpmSampleGet snapshots: the sim clock and the activity counters (seconds)."""
 
     def __init__(self, address: int) -> None:
         self.address = address
         self.gpu: SimGpu | None = None  # None until filled by nvmlGpmSampleGet
         self.ts = 0.0
         self.tensor_active_s = 0.0
+        self.gr_active_s = 0.0
+        self.dram_active_s = 0.0
 
 
 class SimNvmlLib:
@@ -457,6 +459,12 @@ def _nvmlDeviceGetEnforcedPowerLimit(lib: SimNvmlLib, handle: int, out: Any) -> 
     _put(out, round(lib._device(handle).state.power_limit_w * 1000))
 
 
+@_export(_DEV, POINTER(c_ulonglong))
+def _nvmlDeviceGetTotalEnergyConsumption(lib: SimNvmlLib, handle: int, out: Any) -> None:
+    # mJ since the driver loaded: power integrated over the simulated clock, never decreasing.
+    _put(out, int(lib._device(handle).counters.energy_mj))
+
+
 def _clock(gpu: SimGpu, clock_type: int, current: bool) -> int:
     m, s = gpu.model, gpu.state
     sm = int(s.sm_clock_mhz) if current else m.sm_clock_max_mhz
@@ -488,13 +496,46 @@ def _nvmlDeviceGetUtilizationRates(lib: SimNvmlLib, handle: int, out: Any) -> No
     out.contents.memory = gpu.state.util_mem
 
 
+# The video engines' sampling period (µs) NVML reports along with their utilization.
+_VIDEO_SAMPLING_PERIOD_US = 167_000
+
+
+@_export(_DEV, POINTER(c_uint), POINTER(c_uint))
+def _nvmlDeviceGetEncoderUtilization(lib: SimNvmlLib, handle: int, util: Any, period_us: Any) -> None:
+    gpu = lib._device(handle)
+    _put(util, int(gpu.enc_util))
+    _put(period_us, _VIDEO_SAMPLING_PERIOD_US)
+
+
+@_export(_DEV, POINTER(c_uint), POINTER(c_uint))
+def _nvmlDeviceGetDecoderUtilization(lib: SimNvmlLib, handle: int, util: Any, period_us: Any) -> None:
+    gpu = lib._device(handle)
+    _put(util, int(gpu.dec_util))
+    _put(period_us, _VIDEO_SAMPLING_PERIOD_US)
+
+
 @_export(_DEV, POINTER(N.c_nvmlMemory_t))
 def _nvmlDeviceGetMemoryInfo(lib: SimNvmlLib, handle: int, out: Any) -> None:
+    # v1: "used" is allocated + reserved (the state's mem_used_bytes, the reserved part included).
     gpu = lib._device(handle)
     if not out:
         raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
     total, used = gpu.model.memory_total_bytes, gpu.state.mem_used_bytes
     out.contents.total, out.contents.used, out.contents.free = total, used, total - used
+
+
+@_export(_DEV, POINTER(N.c_nvmlMemory_v2_t))
+def _nvmlDeviceGetMemoryInfo_v2(lib: SimNvmlLib, handle: int, out: Any) -> None:
+    # v2 splits the driver's and firmware's reservation out of "used": total = reserved + used +
+    # free, as `nvidia-smi -q` shows it (realdata H100: 81559 = 551 reserved + 0 used + 81007 free, MiB).
+    gpu = lib._device(handle)
+    if not out:
+        raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+    mem = out.contents
+    if mem.version != N.nvmlMemory_v2:
+        raise _Return(N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    total, used, reserved = gpu.model.memory_total_bytes, gpu.state.mem_used_bytes, gpu.model.memory_reserved_bytes
+    mem.total, mem.reserved, mem.used, mem.free = total, reserved, max(0, used - reserved), total - max(used, reserved)
 
 
 @_export(_DEV, POINTER(c_ulonglong))
@@ -583,7 +624,7 @@ def _nvmlDeviceGetRemappedRows(lib: SimNvmlLib, handle: int, corr: Any, unc: Any
     _put(corr, gpu.counters.remap_correctable)
     _put(unc, gpu.counters.remap_uncorrectable)
     _put(pending, int(gpu.remap_pending))
-    _put(failure, 0)
+    _put(failure, int(gpu.remap_failure))
 
 
 # --- events -------------------------------------------------------------------------------
@@ -648,11 +689,19 @@ def _nvmlEventSetFree(lib: SimNvmlLib, set_address: int) -> None:
 
 # --- GPM (GPU Performance Monitoring, Hopper+) -------------------------------------------------
 # Metrics come from two samples: the activity counters' growth over the time between them.
-# Only NVML_GPM_METRIC_ANY_TENSOR_UTIL is simulated; other metric ids answer NOT_SUPPORTED in
-# their own entry, as NVML does per metric.
+# Only the metrics below are simulated; other metric ids answer NOT_SUPPORTED in their own
+# entry, as NVML does per metric.
 
 _GPM_SAMPLE = c_void_p  # nvmlGpmSample_t is an opaque pointer
-_TENSOR_INFO = (b"any_tensor_util", b"Percentage of time the SMs were doing any tensor operations", b"%")
+# metric id -> (the _GpmSample / Counters attribute, the GpuState percent, metricInfo names and unit)
+_GPM_METRICS: dict[int, tuple[str, str, tuple[bytes, bytes, bytes]]] = {
+    N.NVML_GPM_METRIC_ANY_TENSOR_UTIL: ("tensor_active_s", "tensor_active_pct",
+                                        (b"any_tensor_util", b"Percentage of time the SMs were doing any tensor operations", b"%")),
+    N.NVML_GPM_METRIC_GRAPHICS_UTIL: ("gr_active_s", "gr_engine_active_pct",
+                                      (b"graphics_util", b"Percentage of time any compute/graphics app was active on the GPU", b"%")),
+    N.NVML_GPM_METRIC_DRAM_BW_UTIL: ("dram_active_s", "dram_active_pct",
+                                     (b"dram_bw_util", b"Percentage of DRAM bandwidth used vs theoretical maximum", b"%")),
+}
 
 
 def _gpm_device(lib: SimNvmlLib, handle: int) -> SimGpu:
@@ -695,17 +744,19 @@ def _nvmlGpmSampleFree(lib: SimNvmlLib, address: int) -> None:
 def _nvmlGpmSampleGet(lib: SimNvmlLib, handle: int, address: int) -> None:
     gpu = _gpm_device(lib, handle)
     sample = lib._gpm_sample(address)
+    c = gpu.counters
     with gpu.node.lock:
-        sample.gpu, sample.ts, sample.tensor_active_s = gpu, gpu.node.last_ts or 0.0, gpu.counters.tensor_active_s
+        sample.gpu, sample.ts = gpu, gpu.node.last_ts or 0.0
+        sample.tensor_active_s, sample.gr_active_s, sample.dram_active_s = c.tensor_active_s, c.gr_active_s, c.dram_active_s
 
 
-def _tensor_util(first: _GpmSample, second: _GpmSample) -> float:
+def _gpm_util(first: _GpmSample, second: _GpmSample, counter: str, current: str) -> float:
     dt = second.ts - first.ts
     if dt <= 0:
         # Two samples at the same simulated instant: the activity right now, as a real
         # pair taken moments apart would measure.
-        return float(second.gpu.state.tensor_active_pct)
-    return max(0.0, min(100.0, 100.0 * (second.tensor_active_s - first.tensor_active_s) / dt))
+        return float(getattr(second.gpu.state, current))
+    return max(0.0, min(100.0, 100.0 * (getattr(second, counter) - getattr(first, counter)) / dt))
 
 
 @_export(POINTER(N.c_nvmlGpmMetricsGet_t))
@@ -724,12 +775,14 @@ def _nvmlGpmMetricsGet(lib: SimNvmlLib, request: Any) -> None:
     lib._check(first.gpu)
     for i in range(req.numMetrics):
         metric = req.metrics[i]
-        if metric.metricId == N.NVML_GPM_METRIC_ANY_TENSOR_UTIL:
-            metric.value = _tensor_util(first, second)
-            metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = _TENSOR_INFO
-            metric.nvmlReturn = N.NVML_SUCCESS
-        else:
+        known = _GPM_METRICS.get(metric.metricId)
+        if known is None:
             metric.nvmlReturn = N.NVML_ERROR_NOT_SUPPORTED
+            continue
+        counter, current, info = known
+        metric.value = _gpm_util(first, second, counter, current)
+        metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = info
+        metric.nvmlReturn = N.NVML_SUCCESS
 
 
 __all__ = ["PRE_535_DRIVER", "SimNvmlLib"]

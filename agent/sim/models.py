@@ -41,6 +41,7 @@ class GpuModel:
     row_remapping: bool  # Ampere+ datacenter parts
     gpm: bool = False  # GPU Performance Monitoring (Hopper+ datacenter parts); else NotSupported
     tensor_busy_pct: float = 0.0  # typical % of cycles with tensor pipes active in a busy training step (GPM models)
+    dram_busy_pct: float = 0.0  # typical % of peak DRAM bandwidth used in a busy training step (GPM models)
 
 
 H100_SXM5_80GB = GpuModel(
@@ -68,6 +69,7 @@ H100_SXM5_80GB = GpuModel(
     row_remapping=True,
     gpm=True,
     tensor_busy_pct=55.0,
+    dram_busy_pct=45.0,
 )
 
 H200_SXM_141GB = GpuModel(
@@ -95,6 +97,7 @@ H200_SXM_141GB = GpuModel(
     row_remapping=True,
     gpm=True,
     tensor_busy_pct=55.0,
+    dram_busy_pct=45.0,
 )
 
 A100_SXM4_80GB = GpuModel(

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from agent.dcgm_fields import DCGM_FIELDS, FLEET_DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_labels, nic_families
+from agent.dcgm_fields import FLEET_DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_inputs, dcgm_labels, nic_families
 from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
@@ -42,12 +42,11 @@ XID_LAST_HORIZON_S = 3600.0  # laggard_gpu_xid_last_timestamp_seconds: XIDs this
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
 
-# The columns a scrape reads (fewer columns, faster at 10,000 GPUs): what DCGM_FIELDS and _derive
-# read, and what Laggard's own per-GPU series need.
+# The columns a scrape reads (fewer columns, faster at 10,000 GPUs): what the DCGM fields are made
+# of (dcgm_inputs), and what Laggard's own per-GPU series need.
 _GPU_COLUMNS = [c.name for c in GpuSampleT.columns if c.name in {
-    "ts", "lost", *(f.key for f in DCGM_FIELDS), "mem_total_bytes", "mem_used_bytes", "nvlink_tx_bytes_total", "nvlink_rx_bytes_total",
-    "remapped_rows_pending", "sm_clock_max_mhz", "nvlink_links_up", "nvlink_links_total", "nvlink_crc_errors_total",
-    "tensor_active_pct",
+    "ts", "lost", *dcgm_inputs(), "sm_clock_mhz", "sm_clock_max_mhz", "util_gpu_pct", "clocks_event_reasons", "nvlink_links_up",
+    "nvlink_links_total", "nvlink_crc_errors_total",
 }]
 _NIC_COLUMNS = [c.name for c in NicSampleT.columns if c.name != "nic_id"]
 

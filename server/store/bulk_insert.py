@@ -12,7 +12,7 @@ from itertools import chain
 from sqlalchemy import Connection, Table
 
 # Chunks of 256 rows, then halves for the remainder: few statements per group commit, and
-# few distinct statements (9 sizes) for the driver's statement cache. 256 rows × 33 columns
+# few distinct statements (9 sizes) for the driver's statement cache. 256 rows × 43 columns
 # stays far below SQLite's 32766 variable limit.
 SQLITE_MAX_ROWS_PER_STATEMENT = 256
 

@@ -17,6 +17,10 @@ from server.store.ids import Claimant, IdResolver
 
 # `lost` defaults to False, not NULL (server/protocol_decoder.py): a flag, not a reading.
 assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
+# Rows are bound by position (unresolved_rows): after the key and ts, each sample table's columns
+# are the protocol's metric keys in the protocol's order. A new key goes last in both.
+assert tuple(c.name for c in schema.GpuSample.__table__.columns)[2:] == GPU_METRICS, "gpu_samples columns != protocol GPU keys"
+assert tuple(c.name for c in schema.NicSample.__table__.columns)[2:] == NIC_METRICS, "nic_samples columns != protocol NIC keys"
 
 # The XID id is assigned by the database; the insert names only the natural key.
 _XID_KEY = Table("xid_events", MetaData(), Column("gpu_id", Integer), Column("xid", Integer), Column("ts", Float))

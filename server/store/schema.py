@@ -90,6 +90,16 @@ class GpuSample(Base):
     ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
     remapped_rows_pending: Mapped[bool | None] = mapped_column(Boolean)
     tensor_active_pct: Mapped[float | None] = mapped_column(Float)  # migration 0005
+    # migration 0009: dcgm-exporter's default series (issue #16)
+    energy_mj_total: Mapped[int | None] = mapped_column(BigInteger)
+    util_enc_pct: Mapped[float | None] = mapped_column(Float)
+    util_dec_pct: Mapped[float | None] = mapped_column(Float)
+    mem_reserved_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    remapped_rows_correctable_total: Mapped[int | None] = mapped_column(BigInteger)
+    remapped_rows_uncorrectable_total: Mapped[int | None] = mapped_column(BigInteger)
+    remapped_rows_failure: Mapped[bool | None] = mapped_column(Boolean)
+    gr_engine_active_pct: Mapped[float | None] = mapped_column(Float)
+    dram_active_pct: Mapped[float | None] = mapped_column(Float)
 
 
 class NicSample(Base):

@@ -143,7 +143,12 @@ def test_not_supported_leaves_none_and_is_not_an_error(install):
         "ecc_corrected_total",
         "ecc_uncorrected_total",
         "remapped_rows_pending",
+        "remapped_rows_correctable_total",
+        "remapped_rows_uncorrectable_total",
+        "remapped_rows_failure",
         "tensor_active_pct",  # GPM: Hopper and newer datacenter parts only
+        "gr_engine_active_pct",
+        "dram_active_pct",
     }
     for f in GPU_METRIC_FIELDS:
         assert (getattr(s, f) is None) == (f in unsupported), f
@@ -187,8 +192,10 @@ def test_one_failing_call_costs_only_its_reader(source, sim):
     broken = samples[2]
     assert broken.power_w is None
     assert not broken.lost
-    # (tensor_active_pct is None on every GPU on the first cycle: GPM needs two samples)
-    others = [f for f in GPU_METRIC_FIELDS if f not in ("power_w", "power_limit_w", "tensor_active_pct")]
+    # (the GPM metrics are None on every GPU on the first cycle: GPM needs two samples; the
+    # energy counter is read by the failing reader, after the call that failed)
+    gpm = ("tensor_active_pct", "gr_engine_active_pct", "dram_active_pct")
+    others = [f for f in GPU_METRIC_FIELDS if f not in ("power_w", "power_limit_w", "energy_mj_total", *gpm)]
     assert all(getattr(broken, f) is not None for f in others)
     assert all(s.power_w is not None for i, s in enumerate(samples) if i != 2)
     assert source.reader_errors["power"] == 1

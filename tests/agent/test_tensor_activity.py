@@ -140,13 +140,17 @@ def test_a_failing_metrics_call_is_a_reader_error_and_recovers(install):
 
 def test_a_metric_the_driver_lacks_is_null_not_an_error(install, monkeypatch):
     # Per-metric NOT_SUPPORTED inside a successful nvmlGpmMetricsGet (the simulated driver
-    # computes only the tensor metric).
-    monkeypatch.setattr(tensor_activity, "METRIC", pynvml.NVML_GPM_METRIC_SM_OCCUPANCY)
-    node = SimNode("n", "h100", 1)
+    # computes the tensor, graphics and DRAM metrics only): that field alone stays null.
+    metrics = {pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "tensor_active_pct", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active_pct"}
+    monkeypatch.setattr(tensor_activity, "METRICS", metrics)
+    node = SimNode("n", "h100", 1, workload="busy")
     install(SimNvmlLib(node))
     with NvmlGpuSource() as src:
         tensor(src, node, 0.0)
-        assert tensor(src, node, 10.0) == [None]
+        node.advance(10.0)
+        (sample,) = src.read(10.0)
+        assert sample.tensor_active_pct is None
+        assert sample.dram_active_pct == pytest.approx(node.gpus[0].state.dram_active_pct)
         assert src.reader_errors["tensor_activity"] == 0
 
 

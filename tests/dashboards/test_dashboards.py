@@ -297,3 +297,100 @@ def test_the_first_xid_of_a_gpu_fires_the_hardware_xid_rule(prometheus):
     # Reported once: the counter never left 1, so a rule on increase() alone could not have fired.
     counter = query(prometheus, 'laggard_gpu_xid_errors_total{node="sim-node-2",gpu="6",xid="79"}')
     assert [float(s["value"][1]) for s in counter] == [1.0]
+
+
+# --- NVIDIA's dcgm-exporter dashboard, every variant, against the same Prometheus (issue #16) ---------------
+#
+# The queries of NVIDIA's Grafana dashboard for dcgm-exporter, written here from what its panels
+# ask for (not from its file): per-GPU series selected by the node and GPU template variables, in
+# two variants, one selecting the node by `instance`, the other by `Hostname` (whose utilisation
+# panel shows DCGM_FI_PROF_GR_ENGINE_ACTIVE instead of DCGM_FI_DEV_GPU_UTIL). $node below stands
+# for the variant's node variable.
+
+NVIDIA_VARIANTS = {"instance": "instance", "Hostname": "Hostname"}  # variant -> the label its node variable selects on
+NVIDIA_PANELS = {
+    # panel title -> expression; SEL is the variant's selector
+    "GPU Temperature": "DCGM_FI_DEV_GPU_TEMP{SEL}",
+    "GPU Avg Temp": "avg(DCGM_FI_DEV_GPU_TEMP{SEL})",
+    "GPU Power Usage": "DCGM_FI_DEV_POWER_USAGE{SEL}",
+    "GPU Power Total": "sum(DCGM_FI_DEV_POWER_USAGE{SEL})",
+    "GPU SM Clocks": "DCGM_FI_DEV_SM_CLOCK{SEL} * 1000000",
+    "GPU Memory Clocks": "DCGM_FI_DEV_MEM_CLOCK{SEL} * 1000000",
+    "GPU Utilization": "DCGM_FI_DEV_GPU_UTIL{SEL}",
+    "Memory Copy Utilization": "DCGM_FI_DEV_MEM_COPY_UTIL{SEL}",
+    "Tensor Core Utilization": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{SEL}",
+    "GPU Framebuffer Mem Used": "DCGM_FI_DEV_FB_USED{SEL}",
+    "GPU Framebuffer Mem Free": "DCGM_FI_DEV_FB_FREE{SEL}",
+    "GPU Framebuffer Mem Used %": "DCGM_FI_DEV_FB_USED{SEL} / (DCGM_FI_DEV_FB_USED{SEL} + DCGM_FI_DEV_FB_FREE{SEL})",
+    # Energy: what the GPU drew over the window (J) and the average power it implies (mJ/s -> W).
+    "GPU Energy": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{SEL} / 1000",
+    "GPU Energy Rate": "rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{SEL}[$__rate_interval]) / 1000",
+    "GPU Energy Used": "increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{SEL}[$__rate_interval]) / 1000",
+}
+NVIDIA_HOSTNAME_ONLY = {
+    "GPU Utilization (GR engine)": "DCGM_FI_PROF_GR_ENGINE_ACTIVE{SEL}",
+}
+# The rest of dcgm-exporter's default set: a dashboard may chart any of them.
+DCGM_DEFAULT_EXTRAS = {
+    "DRAM Active": "DCGM_FI_PROF_DRAM_ACTIVE{SEL}",
+    "Encoder Utilization": "DCGM_FI_DEV_ENC_UTIL{SEL}",
+    "Decoder Utilization": "DCGM_FI_DEV_DEC_UTIL{SEL}",
+    "Framebuffer Reserved": "DCGM_FI_DEV_FB_RESERVED{SEL}",
+    "Correctable Remapped Rows": "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{SEL}",
+    "Uncorrectable Remapped Rows": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{SEL}",
+    "Row Remap Failure": "DCGM_FI_DEV_ROW_REMAP_FAILURE{SEL}",
+}
+
+
+def offered(prometheus: str, selector: str, label: str) -> list[str]:
+    """What Grafana's label_values(selector, label) offers."""
+    r = httpx.get(f"{prometheus}/api/v1/series", params={"match[]": selector, "start": time.time() - 300}, timeout=30).json()
+    return sorted({s[label] for s in r["data"] if label in s})
+
+
+def grafana_value(values: list[str]) -> str:
+    """A multi-value variable as Grafana writes it into a =~ matcher (one value, or All): regex
+    metacharacters escaped with a backslash, doubled inside the PromQL string."""
+    escaped = [re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", v) for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+@pytest.mark.parametrize("variant", sorted(NVIDIA_VARIANTS))
+def test_nvidias_dcgm_dashboard_every_panel_returns_data(prometheus, variables, variant):
+    """Issue #16: each variant of NVIDIA's dcgm-exporter dashboard against the simulated fleet:
+    its template variables offer the fleet's nodes and GPUs, and every panel returns data, for one
+    node and GPU as for All."""
+    label = NVIDIA_VARIANTS[variant]
+    nodes = offered(prometheus, "DCGM_FI_DEV_GPU_TEMP", label)  # label_values(DCGM_FI_DEV_GPU_TEMP, instance | Hostname)
+    assert nodes == [f"sim-node-{i}" for i in range(4)], (variant, nodes)
+    node = variables["node"]
+    gpus = offered(prometheus, f'DCGM_FI_DEV_GPU_TEMP{{{label}=~"{node}"}}', "gpu")  # label_values(..., gpu)
+    assert gpus == [str(i) for i in range(8)]
+    panels = NVIDIA_PANELS | (NVIDIA_HOSTNAME_ONLY if variant == "Hostname" else {}) | DCGM_DEFAULT_EXTRAS
+    empty = []
+    for choice, (node_value, gpu_value) in {"one": (node, variables["gpu"]), "All": (grafana_value(nodes), grafana_value(gpus))}.items():
+        selector = f'{{{label}=~"{node_value}", gpu=~"{gpu_value}"}}'
+        for title, expr in panels.items():
+            promql = substitute(expr.replace("{SEL}", selector), variables)
+            result = query(prometheus, promql)
+            if not result:
+                empty.append((choice, title, promql))
+            elif choice == "All" and not title.startswith(("GPU Avg", "GPU Power Total")):
+                # One line per GPU of the fleet (GR engine and DRAM too: every simulated node is an H100).
+                assert len(result) == len(nodes) * len(gpus), (title, len(result))
+    assert not empty, "panels without data:\n" + "\n".join(f"  [{c}] {t}: {e}" for c, t, e in empty)
+
+
+def test_nvidias_energy_panel_agrees_with_the_power_panel(prometheus, variables):
+    """The energy counter is in mJ: its rate, in W, is the average power drawn over the same window
+    (a window the fleet has been running for throughout: rate() does not extrapolate past a
+    series' start)."""
+    window = variables["__rate_interval"]
+    (energy,) = query(prometheus, f'sum(rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{job="laggard"}}[{window}])) / 1000')
+    (power,) = query(prometheus, f'sum(avg_over_time(DCGM_FI_DEV_POWER_USAGE{{job="laggard"}}[{window}]))')
+    assert float(energy["value"][1]) == pytest.approx(float(power["value"][1]), rel=0.1)
+    # The GR engine and DRAM ratios are ratios: a busy H100 fleet is busy nearly all the time.
+    for series in query(prometheus, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{job="laggard"}'):
+        assert 0.9 <= float(series["value"][1]) <= 1.0, series
+    for series in query(prometheus, 'DCGM_FI_PROF_DRAM_ACTIVE{job="laggard"}'):
+        assert 0.0 < float(series["value"][1]) < 1.0, series

@@ -23,6 +23,13 @@ def gpu(node: str, index: int, ts: float, t0: float, *, hot: bool = False, xids:
         "ecc_corrected_total": 5, "ecc_uncorrected_total": 0, "remapped_rows_pending": False, "xids": xids or [],
         # GPM tensor activity; GPU 7 reports none (as an A100, or an agent's first cycle would).
         "tensor_active_pct": None if index == 7 else (25.0 if hot else 50.0 + index),
+        # dcgm-exporter's default series (issue #16): an energy counter at 600 W, idle video
+        # engines, 512 MiB reserved (part of mem_used_bytes), row remap counts, and GPM (not on GPU 7).
+        "energy_mj_total": int(1e9 + (ts - t0) * 600_000), "util_enc_pct": 0.0, "util_dec_pct": 5.0,
+        "mem_reserved_bytes": 512 * 2**20, "remapped_rows_correctable_total": index, "remapped_rows_uncorrectable_total": 0,
+        "remapped_rows_failure": False,
+        "gr_engine_active_pct": None if index == 7 else (60.0 if hot else 97.0),
+        "dram_active_pct": None if index == 7 else (20.0 if hot else 40.0 + index),
     }
 
 

@@ -82,6 +82,36 @@ def test_dcgm_labels_as_dcgm_exporter_writes_them():
         assert [dict(labels) for n, labels in parsed if n == name and dict(labels)["gpu"] == "1"] == [gpu1], name
 
 
+def test_the_agents_own_endpoint_serves_the_issue_16_series_from_a_simulated_h100():
+    """Issue #16, on the node: the simulated H100's readings through the real readers, as
+    dcgm-exporter's default series; the GPM ratios from the second sampling cycle on."""
+    from agent.nvml.source import NvmlGpuSource
+    from agent.sim.gpu import SimNode
+    from agent.sim.install import install_simulated_nvml
+    from agent.sim.libnvml import SimNvmlLib
+
+    node = SimNode("sim-h100", "h100", 2, workload="busy", seed=3)
+    metrics = NodeMetrics(None, node="sim-h100", cluster="lab", driver=node.driver_version)
+    with install_simulated_nvml(SimNvmlLib(node)), NvmlGpuSource() as src:
+        for ts in (1000.0, 1005.0):
+            node.advance(ts)
+            metrics.submit(Sample(ts=ts, gpus=src.read(ts)))
+    text = metrics.exposition()
+    gpu = node.gpus[1]
+    got = {name: values(text, name, gpu="1") for name in (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE")}
+    assert got == {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": [int(gpu.counters.energy_mj)], "DCGM_FI_DEV_ENC_UTIL": [0.0],
+        "DCGM_FI_DEV_DEC_UTIL": [0.0], "DCGM_FI_DEV_FB_RESERVED": [551.0], "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": [0],
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": [0], "DCGM_FI_DEV_ROW_REMAP_FAILURE": [0],
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": [pytest.approx(gpu.state.gr_engine_active_pct / 100)],
+        "DCGM_FI_PROF_DRAM_ACTIVE": [pytest.approx(gpu.state.dram_active_pct / 100)],
+    }
+    assert 0.9 < got["DCGM_FI_PROF_GR_ENGINE_ACTIVE"][0] <= 1.0 and 0.2 < got["DCGM_FI_PROF_DRAM_ACTIVE"][0] < 0.7
+
+
 def test_empty_before_the_first_sample():
     text = NodeMetrics(None, node="n1", cluster="c").exposition()
     assert "DCGM_FI_DEV_GPU_TEMP" in text and values(text, "DCGM_FI_DEV_GPU_TEMP") == []

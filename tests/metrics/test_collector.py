@@ -18,7 +18,7 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import schema
 from server.store.engine import make_engine
-from tests.metrics.fleet import push_range
+from tests.metrics.fleet import push, push_range
 from tests.metrics.tools import promtool_check_metrics, samples, values
 
 MIB = 1024 * 1024
@@ -68,7 +68,8 @@ def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
     expected = {
         "DCGM_FI_DEV_GPU_TEMP": 60.0, "DCGM_FI_DEV_MEMORY_TEMP": 70.0, "DCGM_FI_DEV_SM_CLOCK": 1980, "DCGM_FI_DEV_MEM_CLOCK": 2619,
         "DCGM_FI_DEV_POWER_USAGE": 600.0, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": 700.0, "DCGM_FI_DEV_GPU_UTIL": 99.0,
-        "DCGM_FI_DEV_MEM_COPY_UTIL": 40.0, "DCGM_FI_DEV_FB_USED": 60 * 1024, "DCGM_FI_DEV_FB_FREE": 20 * 1024,
+        # FB_USED leaves out the 512 MiB reserved, as dcgm-exporter's: FB_USED + FB_FREE + FB_RESERVED = 80 GiB.
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 40.0, "DCGM_FI_DEV_FB_USED": 60 * 1024 - 512, "DCGM_FI_DEV_FB_FREE": 20 * 1024,
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 3, "DCGM_FI_DEV_PCIE_LINK_GEN": 5,
         "DCGM_FI_DEV_PCIE_LINK_WIDTH": 16, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 5, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 16,
         # Outside dcgm-exporter's default set and unused by the dashboards: only with dcgm_extra_series.
@@ -94,6 +95,66 @@ def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
     assert "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge" in body
     assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER untyped" in body
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in body
+
+
+def test_dcgm_exporter_default_series_added_for_issue_16(fleet_server):
+    """Issue #16: the rest of dcgm-exporter's default set, in its units: the energy counter (mJ),
+    encoder/decoder utilization (%), reserved framebuffer (MiB), row remap counts and failure, and
+    the GPM ratios GR_ENGINE_ACTIVE and DRAM_ACTIVE (0..1, absent where the GPU sent null)."""
+    server, _, t0 = fleet_server
+    body = scrape(server.url)
+    gpu0 = {"Hostname": "n1", "gpu": "0"}
+    expected = {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": int(1e9 + 11 * 600_000),  # the latest sample's counter
+        "DCGM_FI_DEV_ENC_UTIL": 0.0, "DCGM_FI_DEV_DEC_UTIL": 5.0, "DCGM_FI_DEV_FB_RESERVED": 512,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.97, "DCGM_FI_PROF_DRAM_ACTIVE": 0.40,
+    }
+    for name, value in expected.items():
+        assert values(body, name, **gpu0) == [pytest.approx(value)], name
+        assert len(values(body, name)) == (14 if name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE") else 16), name
+    assert values(body, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Hostname="n2", gpu="5") == [5]
+    assert values(body, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", Hostname="n2", gpu="3") == [pytest.approx(0.60)]
+    assert values(body, "DCGM_FI_PROF_DRAM_ACTIVE", gpu="7") == []
+    used, free, reserved = (values(body, f"DCGM_FI_DEV_FB_{k}", **gpu0)[0] for k in ("USED", "FREE", "RESERVED"))
+    assert used + free + reserved == 80 * 1024
+    for name, kind in (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "untyped"), ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "untyped"),
+                       ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "untyped"), ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"),
+                       ("DCGM_FI_DEV_ENC_UTIL", "gauge"), ("DCGM_FI_DEV_DEC_UTIL", "gauge"), ("DCGM_FI_DEV_FB_RESERVED", "gauge"),
+                       ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge"), ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge")):
+        assert f"# TYPE {name} {kind}" in body, name
+
+
+def test_an_agent_from_before_issue_16_gets_the_old_series_only(database_url):
+    """An older agent sends none of the new readings: no new series for its GPUs, and FB_USED
+    is its mem_used_bytes, as before."""
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        payload = body_of_an_old_agent(t0)
+        push(server.url, payload)
+        scraped = wait_metric(server.url, "DCGM_FI_DEV_GPU_TEMP")
+        assert values(scraped, "DCGM_FI_DEV_FB_USED", gpu="0") == [60 * 1024]
+        for name in NEW_SERIES:
+            assert values(scraped, name) == [], name
+    finally:
+        server.stop()
+
+
+NEW_SERIES = ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_RESERVED",
+              "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+              "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE")
+
+
+def body_of_an_old_agent(t0: float) -> dict:
+    from tests.metrics.fleet import body
+
+    payload = body("old", t0 + 10, t0, gpus=2)
+    for gpu in payload["samples"][0]["gpus"]:
+        for key in ("energy_mj_total", "util_enc_pct", "util_dec_pct", "mem_reserved_bytes", "remapped_rows_correctable_total",
+                    "remapped_rows_uncorrectable_total", "remapped_rows_failure", "gr_engine_active_pct", "dram_active_pct"):
+            del gpu[key]
+    return payload
 
 
 def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):

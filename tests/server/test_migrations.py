@@ -59,3 +59,39 @@ def test_an_empty_database_differs_from_the_models(sqlite_url):
         assert _diff(engine) != []
     finally:
         engine.dispose()
+
+
+def test_0009_adds_the_dcgm_readings_as_null_to_rows_already_stored(database_url):
+    """Issue #16: upgrading a database that holds samples keeps them, with the new readings null;
+    on PostgreSQL the day partition that already exists gets the columns too and takes new rows."""
+    import time
+
+    from sqlalchemy import text
+
+    new = ["energy_mj_total", "util_enc_pct", "util_dec_pct", "mem_reserved_bytes", "remapped_rows_correctable_total",
+           "remapped_rows_uncorrectable_total", "remapped_rows_failure", "gr_engine_active_pct", "dram_active_pct"]
+    engine = make_engine(database_url)
+    try:
+        migrate.upgrade(engine, "0008")
+        now = time.time()
+        partitions.ensure_partitions(engine, now=now)
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO nodes (id, cluster, name, labels, first_seen, last_seen) VALUES (1, 'c', 'n', '{}', 1, 1)"))
+            conn.execute(text('INSERT INTO gpus (id, uuid, node_id, "index", first_seen) VALUES (1, \'GPU-1\', 1, 0, 1)'))
+            conn.execute(text("INSERT INTO gpu_samples (gpu_id, ts, lost, temp_c, tensor_active_pct) VALUES (1, :ts, false, 60.5, 50.0)"),
+                         {"ts": now})
+        migrate.upgrade(engine)
+        assert migrate.current_revision(engine) == "0009"
+        cols = ", ".join(new)
+        with engine.begin() as conn:
+            old = conn.execute(text(f"SELECT temp_c, tensor_active_pct, {cols} FROM gpu_samples")).one()
+            assert tuple(old) == (60.5, 50.0, *[None] * len(new))
+            if engine.dialect.name == "postgresql":
+                (holder,) = conn.execute(text("SELECT tableoid::regclass::text FROM gpu_samples")).one()
+                assert holder.startswith("gpu_samples_p"), holder  # a day partition made before the upgrade
+            conn.execute(text(f"INSERT INTO gpu_samples (gpu_id, ts, lost, {cols}) VALUES (1, :ts, false, 7, 1, 2, 3, 4, 5, true, 6, 8)"),
+                         {"ts": now + 1})
+            got = conn.execute(text(f"SELECT {cols} FROM gpu_samples WHERE ts = :ts"), {"ts": now + 1}).one()
+        assert tuple(got) == (7, 1.0, 2.0, 3, 4, 5, True, 6.0, 8.0)
+    finally:
+        engine.dispose()

@@ -58,6 +58,14 @@ ACCEPTED = {
     "tensor activity": _set([*GPU0, "tensor_active_pct"], 57.25),
     "tensor activity at 100": _set([*GPU0, "tensor_active_pct"], 100),
     "tensor activity null": _set([*GPU0, "tensor_active_pct"], None),
+    # dcgm-exporter's default series (issue #16)
+    "energy counter": _set([*GPU0, "energy_mj_total"], 76_320_314_449),
+    "encoder and decoder": _set([*GPU0, "util_enc_pct"], 35),
+    "reserved memory": _set([*GPU0, "mem_reserved_bytes"], 551 * 2**20),
+    "remap failure": _set([*GPU0, "remapped_rows_failure"], True),
+    "remapped rows": _set([*GPU0, "remapped_rows_uncorrectable_total"], 3),
+    "graphics engine active null": _set([*GPU0, "gr_engine_active_pct"], None),
+    "dram active": _set([*GPU0, "dram_active_pct"], 44.5),
     "non-ASCII and C1 in a name": _set(["node"], "nœud-\u0085-\u00a0"),  # control characters are C0 and DEL only
     "slash in a uuid": _set([*GPU0, "uuid"], "MIG-GPU-1/2/0"),  # only node and cluster are URL path segments
 }
@@ -90,6 +98,14 @@ REJECTED = {
     "lost not a bool": _set([*GPU0, "lost"], 1),
     "tensor activity over 100": _set([*GPU0, "tensor_active_pct"], 100.5),
     "tensor activity negative": _set([*GPU0, "tensor_active_pct"], -1.0),
+    "energy as float": _set([*GPU0, "energy_mj_total"], 1.5),
+    "negative energy": _set([*GPU0, "energy_mj_total"], -1),
+    "decoder over 100": _set([*GPU0, "util_dec_pct"], 101),
+    "reserved past 1 PiB": _set([*GPU0, "mem_reserved_bytes"], 2**50 + 1),
+    "remap failure as int": _set([*GPU0, "remapped_rows_failure"], 1),
+    "negative remapped rows": _set([*GPU0, "remapped_rows_correctable_total"], -1),
+    "graphics engine active over 100": _set([*GPU0, "gr_engine_active_pct"], 100.5),
+    "dram active as a string": _set([*GPU0, "dram_active_pct"], "44"),
     "NUL in node": _set(["node"], "n\x00"),
     "NUL in uuid": _set([*GPU0, "uuid"], "\x00"),
     "NUL in model": _set([*GPU0, "model"], "H100\x00"),

@@ -1,4 +1,6 @@
-"""Row remapping (Ampere+): a pending remap means the GPU needs a reset to retire bad memory."""
+"""Row remapping (Ampere+ datacenter parts): rows remapped for correctable and uncorrectable
+errors, whether a remap is pending (the GPU needs a reset to retire the bad memory), and whether
+one failed (no spare row left: the GPU should be replaced)."""
 
 from __future__ import annotations
 
@@ -8,5 +10,9 @@ from agent.sample import GpuSample
 
 
 def read(handle, gpu: GpuSample) -> None:
-    _corr, _unc, pending, _failure = pynvml.nvmlDeviceGetRemappedRows(handle)
+    # NotSupported as a whole on GPUs without row remapping: every field stays None.
+    corr, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(handle)
+    gpu.remapped_rows_correctable_total = int(corr)
+    gpu.remapped_rows_uncorrectable_total = int(unc)
     gpu.remapped_rows_pending = bool(pending)
+    gpu.remapped_rows_failure = bool(failure)

@@ -1,11 +1,14 @@
-"""Tensor-pipe activity through GPM (GPU Performance Monitoring, Hopper and newer).
+"""GPM (GPU Performance Monitoring, Hopper and newer) metrics: tensor-pipe activity, and the
+graphics/compute engine's and DRAM's activity behind dcgm-exporter's DCGM_FI_PROF_GR_ENGINE_ACTIVE
+and DCGM_FI_PROF_DRAM_ACTIVE.
 
 GPM computes a metric from two samples taken at different times, so this reader keeps state
 between sampling cycles: per GPU, the sample of the previous cycle and a spare buffer. Each
-cycle takes one nvmlGpmSampleGet into the spare and asks for NVML_GPM_METRIC_ANY_TENSOR_UTIL
-between the previous sample and it: the activity averaged over the whole sampling interval.
+cycle takes one nvmlGpmSampleGet into the spare and asks one nvmlGpmMetricsGet for every metric
+in METRICS between the previous sample and it: each averaged over the whole sampling interval.
 The first cycle (and the first after a GPU came back with a new handle) has nothing to
-compare with and leaves the field None. A GPU without GPM is asked once and then skipped.
+compare with and leaves the fields None. A GPU without GPM is asked once and then skipped. A
+metric the GPU does not have answers NotSupported in its own entry and leaves only its field None.
 
 The state belongs to one NvmlGpuSource (see Reader.per_source): two sources reading the same
 GPU must not take each other's previous sample.
@@ -24,7 +27,12 @@ from pynvml import NVMLError
 from agent.nvml.session import UNSUPPORTED_CODES, is_unsupported
 from agent.sample import GpuSample
 
-METRIC = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+# GPM metric id -> the GpuSample field it fills (all percent, 0-100).
+METRICS: dict[int, str] = {
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active_pct",  # any tensor pipe (HMMA, IMMA, DMMA) active
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "gr_engine_active_pct",  # any graphics/compute work on the GPU
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active_pct",  # DRAM bandwidth used vs the theoretical maximum
+}
 
 
 def handle_address(handle: Any) -> int | None:
@@ -63,7 +71,8 @@ class TensorActivity:
         if not state.filled:
             state.filled = True
             return
-        gpu.tensor_active_pct = _tensor_util(state.spare, state.last)
+        for field, value in _metrics(state.spare, state.last).items():
+            setattr(gpu, field, value)
 
     def _start(self, handle: Any, index: int) -> _GpuState | None:
         """Allocate this GPU's two samples, or remember that it has no GPM."""
@@ -100,15 +109,19 @@ def _free(sample: Any) -> None:
         pass  # nothing more to do about a sample NVML will not take back
 
 
-def _tensor_util(first: Any, second: Any) -> float | None:
-    """NVML_GPM_METRIC_ANY_TENSOR_UTIL between two samples: percent, or None if unsupported."""
+def _metrics(first: Any, second: Any) -> dict[str, float | None]:
+    """Every metric of METRICS between two samples, in one call: percent, or None if unsupported."""
     request = pynvml.c_nvmlGpmMetricsGet_t()
     request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-    request.numMetrics = 1
+    request.numMetrics = len(METRICS)
     request.sample1, request.sample2 = first, second
-    request.metrics[0].metricId = METRIC
+    for i, metric in enumerate(METRICS):
+        request.metrics[i].metricId = metric
     pynvml.nvmlGpmMetricsGet(request)
-    result = request.metrics[0]
+    return {field: _value(request.metrics[i]) for i, field in enumerate(METRICS.values())}
+
+
+def _value(result: Any) -> float | None:
     if result.nvmlReturn in UNSUPPORTED_CODES:
         return None
     if result.nvmlReturn != pynvml.NVML_SUCCESS:
@@ -116,5 +129,5 @@ def _tensor_util(first: Any, second: Any) -> float | None:
     value = float(result.value)
     if not math.isfinite(value):
         return None  # the wire refuses NaN; no reading is the honest answer
-    # Clamped: the wire field is 0..100 and a sampling-window edge can overshoot a hair.
+    # Clamped: the wire fields are 0..100 and a sampling-window edge can overshoot a hair.
     return max(0.0, min(100.0, value))
