@@ -51,6 +51,7 @@ from server.store.retention import apply_retention
 from server.store.write_health import WriteHealth
 from server.store.writer import IngestWriter
 from server.store.writer_service import RemoteWriter
+from server.ui import router as ui
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
         (acks, (ADMIN,)),
         (health, ()),
         (docs, ()),
+        (ui, ()),  # the status page checks the read scope itself: a login form for browsers (server/ui/auth.py)
     ]
 
 

@@ -111,7 +111,8 @@ def _print_banner(server: RunningServer, nodes: list[SimulatedNode], args: argpa
     faulty = ", ".join(f"{nodes[i].name} ({'; '.join(DEMO_FAULTS[i])})" for i in sorted(DEMO_FAULTS) if i < len(nodes))
     url = server.url
     print(f"""
-Laggard demo: collector at {url} (SQLite), {len(nodes)} simulated nodes × {args.gpus} {args.model}, one sample every {args.interval:g} s
+Laggard demo: status page at {url}/ui
+Collector at {url} (SQLite), {len(nodes)} simulated nodes × {args.gpus} {args.model}, one sample every {args.interval:g} s
   API docs      {url}/docs
   nodes         {url}/api/v1/nodes
   one node      {url}/api/v1/nodes/{nodes[0].name}
@@ -151,7 +152,7 @@ def _show_stragglers(url: str, shown: dict[int, dict]) -> None:
     for eid, s in active.items():
         if eid not in shown:
             where = s["node"] if s["gpu"] is None else f"{s['node']} GPU {s['gpu']}"
-            print(f"  ▲ straggler #{eid} {where}: {s['cause']} ({s['severity']}) — {s['summary']}", flush=True)
+            print(f"  ▲ straggler #{eid} {where}: {s['cause']} ({s['severity']}) — {s['summary']}  {url}/ui/episodes/{eid}", flush=True)
     for eid in [e for e in shown if e not in active]:
         s = shown[eid]
         print(f"  ▼ resolved #{eid} {s['node']}: {s['cause']}", flush=True)

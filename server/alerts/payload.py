@@ -85,14 +85,18 @@ def alert_for_episode(ep: Mapping[str, Any], *, status: str, severity: str | Non
 
 def generator_url(alert: Mapping[str, Any], *, external_url: str, dashboard_url: str | None = None) -> str:
     """Where a person clicking the alert lands: the straggler-detail dashboard on the GPU when a
-    Grafana URL is configured, else the collector's stragglers API for the node."""
+    Grafana URL is configured, else the episode's page on the collector's status page (/ui)."""
     labels = alert["labels"]
     if dashboard_url:
         query = {"var-cluster": labels["cluster"], "var-node": labels["node"]}
         if "gpu" in labels:
             query["var-gpu"] = labels["gpu"]
         return f"{dashboard_url.rstrip('/')}/d/laggard-straggler/laggard-straggler-detail?{urlencode(query)}"
-    return f"{external_url.rstrip('/')}/api/v1/stragglers?{urlencode({'cluster': labels['cluster'], 'node': labels['node']})}"
+    episode = alert.get("annotations", {}).get("episode_id")
+    if episode:
+        return f"{external_url.rstrip('/')}/ui/episodes/{episode}"
+    query = {"cluster": labels["cluster"], "node": labels["node"]} | ({"gpu": labels["gpu"]} if "gpu" in labels else {})
+    return f"{external_url.rstrip('/')}/ui/stragglers?{urlencode(query)}"
 
 
 def group_key(cluster: str, cause: str) -> str:

@@ -71,7 +71,8 @@ def test_webhook_payload_version_4():
     assert doc["groupKey"] == '{}:{cause="thermal", cluster="prod"}' and doc["truncatedAlerts"] == 0
     for item in doc["alerts"]:
         assert set(item) == {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}
-        assert item["generatorURL"].startswith("http://laggard:8080/api/v1/stragglers?cluster=prod&node=n2")
+        # The episode's own page on the collector's status page (issue #18).
+        assert item["generatorURL"] == f"http://laggard:8080/ui/episodes/{item['annotations']['episode_id']}"
     resolved = alert_for_episode(EP, status="resolved", ends_at=EP["onset"] + 60)
     assert notification([resolved], receiver="r", external_url="x")["status"] == "resolved"
     assert notification([resolved, b], receiver="r", external_url="x")["status"] == "firing"
