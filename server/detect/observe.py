@@ -17,6 +17,13 @@ _GPU_COUNTERS = (
     "nvlink_recovery_errors_total", "pcie_replay_total", "ecc_uncorrected_total",
 )
 _NIC_COUNTERS = ("tx_bytes_total", "rx_bytes_total", "symbol_errors_total", "rcv_errors_total", "link_downed_total", "xmit_wait_total")
+# The stored GPU readings an observation is made of: all the detector reads back (not every
+# protocol column: the dashboard-only ones, energy or encoder utilisation, cost it a read each).
+GPU_READINGS = (
+    "lost", "util_gpu_pct", "sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "power_limit_w", "clocks_event_reasons",
+    "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "nvlink_links_up", "nvlink_links_total", "remapped_rows_pending",
+    *_GPU_COUNTERS,
+)
 
 
 def _deltas(now: Mapping[str, Any], prev: Mapping[str, Any] | None, keys: tuple[str, ...]) -> list[int | None]:

@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, select
 
 from server.detect.engine import NodeInstant
-from server.protocol import GPU_METRICS, NIC_METRICS
+from server.detect.observe import GPU_READINGS
+from server.protocol import NIC_METRICS
 from server.store import schema
 
 LogT = schema.IngestLog.__table__
@@ -100,7 +101,7 @@ def load_instants(conn: Connection, entries: list[dict[str, Any]]) -> list[NodeI
 
 
 CHUNK_NODES = 500  # node ids per query (SQLite's bound-parameter limit, plan size)
-_GPU_KEYS = ("ts", *GPU_METRICS, "uuid", "index", "model")
+_GPU_KEYS = ("ts", *GPU_READINGS, "uuid", "index", "model")
 _NIC_KEYS = ("ts", *NIC_METRICS, "device", "port")
 
 
@@ -121,7 +122,7 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
             item = by_key[(node_id, ts)] = NodeInstant(node.cluster, node.name, dict(node.labels or {}), ts, [], [])
         return item
 
-    gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_METRICS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
+    gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_READINGS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
     for row in conn.execute(
         select(*gpu_cols).join(GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi))
         .where(GpuT.c.node_id.in_(ids))
