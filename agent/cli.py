@@ -124,6 +124,20 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                    help="node label, repeatable (env LAGGARD_LABELS=k=v,k2=v2; flags win per key)")
     p.add_argument("--sysfs-root", default=env.get("LAGGARD_SYSFS_ROOT", "/sys"),
                    help="where sysfs is mounted (env LAGGARD_SYSFS_ROOT; default %(default)s)")
+    p.add_argument("--proc-root", default=env.get("LAGGARD_PROC_ROOT", "/proc"),
+                   help="where the host's /proc is seen, to find which workload uses each GPU: the host's "
+                        "own with hostPID, else a hostPath mount such as /host/proc "
+                        "(env LAGGARD_PROC_ROOT; default %(default)s)")
+    p.add_argument("--attribution", choices=["auto", "off"], default=env.get("LAGGARD_ATTRIBUTION", "auto").lower(),
+                   help="report the workload (pod, Slurm job, process) on each GPU: auto = from NVML's process "
+                        "lists, /proc and, in a pod, this node's pods from the API server; off under --simulate "
+                        "(env LAGGARD_ATTRIBUTION; default %(default)s)")
+    p.add_argument("--pods-url", metavar="URL", default=env.get("LAGGARD_PODS_URL") or None,
+                   help="any URL answering this node's PodList, instead of the in-cluster API server "
+                        "(env LAGGARD_PODS_URL)")
+    p.add_argument("--scontrol", metavar="PATH", default=env.get("LAGGARD_SCONTROL") or None,
+                   help="scontrol binary to name Slurm jobs whose processes do not carry SLURM_JOB_NAME/USER "
+                        "(env LAGGARD_SCONTROL; default: not run)")
     p.add_argument("--batch", metavar="N", type=int, default=None,
                    help="samples per request (env LAGGARD_BATCH; default: about 10 s worth, "
                         "e.g. 2 at --interval 5, 10 at --interval 1)")
@@ -190,6 +204,10 @@ class Config:
     ca_bundle: str | None = None  # PEM CA certificates for an https:// collector; None: the system's
     token_file: str | None = None  # read again before retrying a 401/403: a Secret may be fixed in place
     auth_retry: float = 60.0
+    proc_root: str = "/proc"
+    attribution: str = "auto"  # "auto" | "off" (always off under --simulate: no simulated processes)
+    pods_url: str | None = None
+    scontrol: str | None = None
 
 
 def is_loopback_url(url: str) -> bool:
@@ -218,6 +236,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         spool_dir = spool_dir_setting(args, env, simulate)
         spool_max_bytes = _spool_max_bytes_setting(args, env)
         _check_metrics_port(args)
+        attribution = _attribution_setting(args, simulate)
     except UsageError as exc:
         parser.error(str(exc))
     node = args.node or env.get("NODE_NAME") or socket.gethostname()
@@ -228,7 +247,15 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         once=args.once or args.output is not None, output=args.output or "-", simulate=simulate,
         faults=list(args.fault), log_level=args.log_level, metrics_port=args.metrics_port,
         spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
+        proc_root=args.proc_root, attribution=attribution, pods_url=args.pods_url, scontrol=args.scontrol,
     )
+
+
+def _attribution_setting(args: argparse.Namespace, simulate: tuple[str, int] | None) -> str:
+    if args.attribution not in {"auto", "off"}:  # from LAGGARD_ATTRIBUTION: argparse checks only the flag
+        raise UsageError(f"--attribution {args.attribution!r}: expected auto or off")
+    # The simulator runs no processes on its GPUs: there is nothing to attribute.
+    return "off" if simulate else args.attribution
 
 
 def _flag_or_env_number(flag, env: dict[str, str], name: str, kind: type, default):
@@ -322,14 +349,23 @@ class NvmlUnavailable(Exception):
     pass
 
 
-def open_real_gpus():
+def open_attribution(cfg: Config):
+    """What uses each GPU (agent/workload/), or None when off."""
+    if cfg.attribution == "off":
+        return None
+    from agent.workload import open_attribution as open_node_attribution
+
+    return open_node_attribution(proc_root=cfg.proc_root, node=cfg.node, pods_url=cfg.pods_url, scontrol=cfg.scontrol)
+
+
+def open_real_gpus(attribution=None):
     """NvmlGpuSource on the real driver; NvmlUnavailable with advice when there is none."""
     import pynvml
 
     from agent.nvml.source import NvmlGpuSource
 
     try:
-        return NvmlGpuSource()
+        return NvmlGpuSource(attribution=attribution)
     except pynvml.NVMLError as err:
         if err.value in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
             raise NvmlUnavailable(
@@ -349,7 +385,13 @@ class Sources:
 
 
 def real_sources(cfg: Config) -> Sources:
-    gpus = open_real_gpus()
+    attribution = open_attribution(cfg)
+    try:
+        gpus = open_real_gpus(attribution)
+    except BaseException:
+        if attribution is not None:
+            attribution.close()
+        raise
     ports = IbPorts(cfg.sysfs_root)
 
     def close() -> None:

@@ -11,6 +11,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.workload.record import Workload
+
 PROTOCOL_VERSION = 1
 
 
@@ -78,6 +80,9 @@ class GpuSample:
     # and % of the DRAM bandwidth used, between this sampling cycle and the previous one.
     gr_engine_active_pct: float | None = None
     dram_active_pct: float | None = None
+    # What uses the GPU (issue #15, agent/workload/): None when unknown (attribution off or
+    # failed); Workload(kind=None) when idle. Not a reading: not in GPU_METRIC_FIELDS.
+    workload: Workload | None = None
     xids: list[XidEvent] = field(default_factory=list)
 
 
@@ -104,7 +109,7 @@ class Sample:
 
 
 GPU_METRIC_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "uuid", "model", "pci_bus_id", "lost", "xids"}
+    f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "uuid", "model", "pci_bus_id", "lost", "workload", "xids"}
 )
 
 
@@ -154,6 +159,8 @@ def sample_from_dict(data: dict[str, Any]) -> Sample:
         for g in data.get("gpus") or []:
             fields = _known(GpuSample, g)
             fields["xids"] = [XidEvent(**_known(XidEvent, x)) for x in g.get("xids") or []]
+            workload = g.get("workload")
+            fields["workload"] = Workload(**_known(Workload, workload)) if isinstance(workload, dict) else None
             gpus.append(GpuSample(**fields))
         nics = [NicSample(**_known(NicSample, n)) for n in data.get("nics") or []]
         return Sample(ts=float(data["ts"]), gpus=gpus, nics=nics)

@@ -22,9 +22,12 @@ from typing_extensions import NotRequired, TypedDict
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 PATH_SEGMENT = r"^[^\x00-\x1f\x7f/]*$"
 # What a failed pattern means, in words (server/errors.py puts these in the error message).
+# A full container id as runtimes write it (containerd, CRI-O, Docker): 64 lowercase hex digits.
+CONTAINER_ID = r"^[0-9a-f]{64}$"
 PATTERN_MEANINGS = {
     PRINTABLE: "must not contain control characters (U+0000-U+001F, U+007F)",
     PATH_SEGMENT: "must not contain control characters or '/' (it is looked up as one URL path segment)",
+    CONTAINER_ID: "must be a full container id: 64 lowercase hex digits",
 }
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=PRINTABLE)]
 PathName = Annotated[str, Field(min_length=1, max_length=253, pattern=PATH_SEGMENT)]
@@ -60,6 +63,31 @@ _wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 class Xid(TypedDict):
     xid: Annotated[int, Field(ge=0, le=65535)]
     ts: Annotated[float, Field(gt=0)]  # and not in the future (server/ingest.py), like a sample's
+
+
+# What uses a GPU (issue #15, agent/workload/): names as Kubernetes and Slurm allow them.
+JobName = Annotated[str, Field(min_length=1, max_length=256, pattern=PRINTABLE)]
+
+
+@_wire
+class Workload(TypedDict, total=False):
+    """The workload on one GPU, every key optional. kind null: idle (no process on the GPU); the
+    whole object null (or absent): unknown. Stored as changes (server/store/workloads.py)."""
+
+    kind: Literal["k8s", "slurm", "process"] | None
+    job: JobName | None  # k8s: the pod's job (JobSet, Kubeflow, Volcano, Job, owner); Slurm: the job name
+    namespace: Name | None
+    pod: Name | None
+    pod_uid: Short | None
+    container: Name | None  # container name in the pod
+    container_id: Annotated[str, Field(pattern=CONTAINER_ID)] | None
+    slurm_job_id: Short | None
+    slurm_step: Short | None
+    user: JobName | None  # the Slurm job's user
+    process: Name | None  # comm of the process holding most GPU memory
+    pid: Annotated[int, Field(ge=0, le=2**31 - 1)] | None  # that process, host PID namespace
+    processes: Annotated[int, Field(ge=0, le=65535)] | None  # processes on the GPU
+    workloads: Annotated[int, Field(ge=0, le=65535)] | None  # distinct workloads on the GPU (> 1: shared)
 
 
 @_wire
@@ -111,6 +139,9 @@ class Gpu(TypedDict):
     remapped_rows_failure: NotRequired[bool | None]
     gr_engine_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
     dram_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
+    # Not a reading: stored as changes in gpu_workloads, not as a gpu_samples column. Absent
+    # (older agents): nothing stored; null: unknown.
+    workload: NotRequired[Workload | None]
     xids: NotRequired[Annotated[list[Xid], Field(max_length=MAX_XIDS)]]  # default []
 
 
@@ -167,6 +198,7 @@ class Batch(TypedDict):
 BATCH = TypeAdapter(Batch)
 DEFAULT_CLUSTER = "default"
 
-_IDENTITY = {"index", "uuid", "model", "pci_bus_id", "xids"}
+_IDENTITY = {"index", "uuid", "model", "pci_bus_id", "workload", "xids"}
+WORKLOAD_FIELDS: tuple[str, ...] = tuple(Workload.__annotations__)
 GPU_METRICS: tuple[str, ...] = tuple(k for k in Gpu.__annotations__ if k not in _IDENTITY)
 NIC_METRICS: tuple[str, ...] = tuple(k for k in Nic.__annotations__ if k not in {"device", "port"})

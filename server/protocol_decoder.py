@@ -24,8 +24,9 @@ from typing_extensions import NotRequired, TypedDict, is_typeddict
 
 from server.protocol import DEFAULT_CLUSTER, PRINTABLE, Batch, SampleIn
 
-# Absent keys that mean something other than null ([] and {} come from the key's type).
-STRUCT_DEFAULTS: dict[str, Any] = {"lost": False, "cluster": DEFAULT_CLUSTER}
+# Absent keys that mean something other than null ([] and {} come from the key's type). An
+# absent `workload` (an older agent) is UNSET, not null (unknown): nothing is stored for it.
+STRUCT_DEFAULTS: dict[str, Any] = {"lost": False, "cluster": DEFAULT_CLUSTER, "workload": msgspec.UNSET}
 
 # pydantic constraint (annotated_types) -> msgspec.Meta keyword.
 _CONSTRAINTS: dict[type, tuple[str, str]] = {
@@ -157,6 +158,8 @@ def _meta(extras: list[Any], holds: frozenset[str] = frozenset()) -> msgspec.Met
 
 # "None of these characters": a negated class of literals, ranges and \xHH escapes.
 _EXCLUDED_CHARACTERS = re.compile(r"\^\[\^(?:[^\]\\\[]|\\x[0-9a-fA-F]{2})+\]\*\$")
+# "Exactly n of these characters": a class of plain literals and ranges, a fixed count.
+_FIXED_CHARACTERS = re.compile(r"\^\[[0-9A-Za-z-]+\]\{[0-9]+\}\$")
 
 
 def _is_pattern(constraint: Any) -> bool:
@@ -167,10 +170,10 @@ def _is_pattern(constraint: Any) -> bool:
 def python_pattern(pattern: str) -> str:
     """pydantic's pattern as Python's re (msgspec) reads it alike. pydantic (Rust regex) and
     JSON Schema read a final `$` as the end of the string; re also matches it before a final
-    newline, so "name\\n" would pass. Only the "^[^...]*$" form is carried over: other
-    regex features differ between the engines in ways not worth translating."""
-    if not _EXCLUDED_CHARACTERS.fullmatch(pattern):
-        raise UntranslatableConstraint(f"no msgspec translation for pattern {pattern!r}; use the form ^[^...]*$")
+    newline, so "name\\n" would pass. Only the "^[^...]*$" and "^[a-z0-9]{n}$" forms are
+    carried over: other regex features differ between the engines in ways not worth translating."""
+    if not (_EXCLUDED_CHARACTERS.fullmatch(pattern) or _FIXED_CHARACTERS.fullmatch(pattern)):
+        raise UntranslatableConstraint(f"no msgspec translation for pattern {pattern!r}; use the form ^[^...]*$ or ^[a-z0-9]{{n}}$")
     return pattern[:-1] + r"\Z"
 
 

@@ -18,6 +18,7 @@ from agent.nvml.readers import READERS, Reader, bind_readers
 from agent.nvml.session import NvmlSession, is_lost, is_unsupported
 from agent.nvml.xid import XidWatcher
 from agent.sample import GpuSample
+from agent.workload.node import NodeAttribution
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,17 @@ class _GpuLost(Exception):
 # keeps its handle: cheap insurance against a fact that changes under a long-lived handle.
 STATIC_REFRESH_S = 600.0
 
-_FACT_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "lost", "xids"})
+_FACT_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "lost", "workload", "xids"})
 
 
 class NvmlGpuSource:
     """Reads every GPU NVML enumerates. Not thread-safe: one sampling thread per source."""
 
-    def __init__(self, readers: list[Reader] | None = None) -> None:
+    def __init__(self, readers: list[Reader] | None = None, attribution: NodeAttribution | None = None) -> None:
+        """attribution: what uses each GPU (agent/workload/), asked once per read for every
+        GPU; None: off (every GpuSample.workload stays None, unknown)."""
+        self.attribution = attribution
+        self._attribution_failed = False
         self._session = NvmlSession()
         try:
             self._count = pynvml.nvmlDeviceGetCount()
@@ -87,7 +92,23 @@ class NvmlGpuSource:
         for sample in samples:
             sample.xids = xids.get(sample.index, [])
         self.gpus_lost = sum(1 for s in samples if s.lost)
+        if self.attribution is not None:
+            self._attribute(samples)
         return samples
+
+    def _attribute(self, samples: list[GpuSample]) -> None:
+        """Each sample's workload, one attribution call for all GPUs (a lost GPU: None). A
+        failure leaves them None (unknown) and never stops sampling; its counters tell why."""
+        handles = [None if s.lost else self._handles[s.index] for s in samples]
+        try:
+            found = self.attribution.read(handles)
+        except Exception:
+            if not self._attribution_failed:  # once, not every sample
+                self._attribution_failed = True
+                log.warning("workload attribution failed; GPU workloads left unknown", exc_info=True)
+            return
+        for sample, workload in zip(samples, found):
+            sample.workload = workload
 
     def _read_gpu(self, index: int) -> GpuSample:
         handle = self._handles[index] or self._lookup(index)
@@ -186,6 +207,8 @@ class NvmlGpuSource:
         return handle
 
     def close(self) -> None:
+        if self.attribution is not None:
+            self.attribution.close()
         self._xid.close()
         if self._session.is_open:  # reader state (GPM samples) goes back before nvmlShutdown
             for reader in self._readers:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from server.api.deps import ConnDep
 from server.errors import ApiError
 from server.protocol import GPU_METRICS
-from server.store import queries
+from server.store import queries, workloads
 
 router = APIRouter(prefix="/api/v1/gpus", tags=["gpus"])
 
@@ -45,4 +45,32 @@ def gpu_series(
         "since": since,
         "until": until,
         "points": [[ts, value] for ts, value in points],
+    }
+
+
+@router.get("/{uuid}/workloads", summary="What used one GPU over a time range (its workload changes)", responses={404: {}, 422: {}})
+def gpu_workloads(
+    uuid: str,
+    conn: ConnDep,
+    since: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: one day before `until`"),
+    until: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: now"),
+    limit: int = Query(MAX_POINTS, ge=1, le=MAX_POINTS),
+) -> dict[str, Any]:
+    """The workload in effect at `since` and each change up to `until`, oldest first. A
+    workload null: unknown (the agent could not tell, or sent none); kind null: idle."""
+    until = time.time() if until is None else until
+    since = until - 86400 if since is None else since
+    if since > until:
+        raise ApiError(422, "since is after until", loc=["query", "since"], type="bad_range")
+    gpu = queries.gpu_by_uuid(conn, uuid=uuid)
+    if gpu is None:
+        raise ApiError(404, f"unknown GPU {uuid!r}", loc=["path", "uuid"], type="not_found")
+    return {
+        "uuid": uuid,
+        "node": gpu["node"],
+        "cluster": gpu["cluster"],
+        "index": gpu["index"],
+        "since": since,
+        "until": until,
+        "workloads": workloads.history(conn, gpu_id=gpu["id"], since=since, until=until, limit=limit),
     }

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from server.store import schema
+from server.store import schema, workloads
 
 NodeT = schema.Node.__table__
 GpuT = schema.Gpu.__table__
@@ -45,9 +45,10 @@ def node_gpus_latest(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:
         .where(schema.Gpu.node_id == node_id)
         .order_by(schema.Gpu.index)
     )
-    out = []
+    out, ids = [], []
     for row in conn.execute(stmt).mappings():
         metrics = {c.name: row[GpuSampleT.c[c.name]] for c in GpuSampleT.columns if c.name != "gpu_id"}
+        ids.append(row[GpuT.c.id])
         out.append(
             {
                 "index": row[schema.Gpu.__table__.c.index],
@@ -57,6 +58,10 @@ def node_gpus_latest(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:
                 "latest": metrics if metrics["ts"] is not None else None,
             }
         )
+    # What uses each GPU now (issue #15): null when unknown; kind null when idle.
+    now = workloads.current(conn, ids)
+    for gpu, gpu_id in zip(out, ids):
+        gpu["workload"] = now.get(gpu_id)
     return out
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from sqlalchemy import Connection, Engine, bindparam, delete, select, text
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, text
+from sqlalchemy.orm import aliased
 
 from server.store import partitions, schema
 
 GpuSampleT = schema.GpuSample.__table__
 NicSampleT = schema.NicSample.__table__
 XidT = schema.XidEvent.__table__
+WorkloadT = schema.GpuWorkload.__table__
 LogT = schema.IngestLog.__table__
 EpisodeT = schema.Episode.__table__
 EventT = schema.EpisodeEvent.__table__
@@ -31,12 +33,21 @@ def apply_retention(engine: Engine, *, now: float, retention_s: float, keep_epis
             "gpu_samples": _delete_samples(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
             "nic_samples": _delete_samples(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
             "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
+            "gpu_workloads": _delete_workloads(conn, cutoff),
             "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
             # Open episodes stay, however old: they are still true.
             "episodes": _delete_episodes(conn, cutoff, keep_episodes),
             # Taken by the alerts or not (alerts off): past the horizon an event tells no one anything.
             "episode_events": conn.execute(delete(EventT).where(EventT.c.at < cutoff)).rowcount,
         }
+
+
+def _delete_workloads(conn: Connection, cutoff: float) -> int:
+    # A change row is a GPU's workload until its next one: the row in effect at the cutoff
+    # stays (the GPU may still run that job), only those it superseded go.
+    later = aliased(WorkloadT)
+    in_effect = select(func.max(later.c.ts)).where(later.c.gpu_id == WorkloadT.c.gpu_id, later.c.ts <= cutoff).scalar_subquery()
+    return conn.execute(delete(WorkloadT).where(WorkloadT.c.ts < cutoff, WorkloadT.c.ts < in_effect)).rowcount
 
 
 def _delete_episodes(conn: Connection, cutoff: float, keep_episodes: KeepEpisodes | None) -> int:

@@ -8,10 +8,11 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import msgspec
 from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table, bindparam, func, insert, update
 
 from server.protocol import GPU_METRICS, NIC_METRICS
-from server.store import schema
+from server.store import schema, workloads
 from server.store.bulk_insert import BulkInsert
 from server.store.ids import Claimant, IdResolver
 
@@ -33,6 +34,7 @@ class SampleWriter:
         self.gpu_insert = BulkInsert(dialect_name, schema.GpuSample.__table__)
         self.nic_insert = BulkInsert(dialect_name, schema.NicSample.__table__)
         self.xid_insert = BulkInsert(dialect_name, _XID_KEY)
+        self.workloads = workloads.WorkloadWriter(dialect_name)
         greatest = func.max if dialect_name == "sqlite" else func.greatest
         # Built once so that SQLAlchemy's compiled cache serves every batch.
         self.touch_node = (
@@ -58,6 +60,7 @@ class SampleWriter:
             _with_ids(batch.gpu_rows, gpu_ids, self.gpu_insert.width),
             _with_ids(batch.nic_rows, nic_ids, self.nic_insert.width),
             [(gpu_ids[local], xid, ts) for local, xid, ts in batch.xid_rows],
+            [(gpu_ids[row[0]], *row[1:]) for row in batch.workload_rows],
         )
 
     def insert(self, conn: Connection, batches: list[PreparedBatch]) -> None:
@@ -69,6 +72,7 @@ class SampleWriter:
         self.gpu_insert.execute_flat(conn, list(chain.from_iterable(b.gpu_rows for b in batches)))
         self.nic_insert.execute_flat(conn, list(chain.from_iterable(b.nic_rows for b in batches)))
         self.xid_insert.execute(conn, list(chain.from_iterable(b.xid_rows for b in batches)))
+        self.workloads.insert(conn, list(chain.from_iterable(b.workload_rows for b in batches)))
         conn.execute(self.touch_node, [b.touch for b in batches])
         # In the same transaction: the detector learns of exactly the batches committed.
         committed_at = time.time()
@@ -94,6 +98,9 @@ def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes
     gpus: dict[tuple, int] = {}  # (uuid, index, model, pci_bus_id) -> position
     nics: dict[tuple[str, int], int] = {}
     gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows = [], [], [], [], []
+    # Workloads as changes (server/store/workloads.py): per GPU position, the last one kept.
+    workload_rows: list[tuple] = []
+    last_workload: dict[int, tuple] = {}
     for sample in samples:
         ts = sample.ts
         for gpu in sample.gpus:
@@ -107,6 +114,11 @@ def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes
             gpu_rows += (local, ts, *_gpu_readings(gpu))
             if gpu.xids:
                 xid_rows.extend([(local, x.xid, x.ts) for x in gpu.xids])
+            if gpu.workload is not _UNSET:  # absent: an older agent, nothing to store
+                values = workloads.values(gpu.workload)
+                if last_workload.get(local) != values:
+                    last_workload[local] = values
+                    workload_rows.append((local, ts, *values))
         for nic in sample.nics:
             key = (nic.device, nic.port)
             local = nics.get(key)
@@ -117,6 +129,7 @@ def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes
     return UnresolvedBatch(
         len(samples), batch.cluster, batch.node, batch.labels, batch.agent,
         min(stamps), max(stamps), gpu_identities, nic_identities, gpu_rows, nic_rows, xid_rows, clusters, nodes,
+        workload_rows,
     )
 
 
@@ -124,6 +137,7 @@ def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes
 _gpu_identity = attrgetter("uuid", "index", "model", "pci_bus_id")
 _gpu_readings = attrgetter(*GPU_METRICS)
 _nic_readings = attrgetter(*NIC_METRICS)
+_UNSET = msgspec.UNSET
 
 
 class UnresolvedBatch(NamedTuple):
@@ -144,6 +158,8 @@ class UnresolvedBatch(NamedTuple):
     xid_rows: list[tuple]  # (position in gpus, xid, ts)
     may_write_clusters: frozenset[str] | None = None  # the pushing token's reach; None: any
     may_write_nodes: frozenset[str] | None = None
+    # (position in gpus, ts, *gpu_workloads values): a GPU's workload where it changes within the batch
+    workload_rows: list[tuple] = []  # noqa: RUF012 (a NamedTuple default, never mutated)
 
     def claimant(self) -> Claimant:
         return Claimant(self.cluster, self.node, self.may_write_clusters, self.may_write_nodes)
@@ -156,3 +172,4 @@ class PreparedBatch(NamedTuple):
     gpu_rows: list  # flat, as in UnresolvedBatch, with database ids
     nic_rows: list
     xid_rows: list[tuple]
+    workload_rows: list[tuple] = []  # noqa: RUF012 (gpu id, ts, *values), changes within the batch

@@ -133,6 +133,32 @@ class XidEvent(Base):
     ts: Mapped[float] = mapped_column(Float)
 
 
+class GpuWorkload(Base):
+    """What used a GPU from `ts` (the sample time it was first reported) until the GPU's next row:
+    one row per change, not per sample (issue #15; server/store/workloads.py). kind NULL with
+    every other column NULL: unknown (the agent could not tell); kind "idle": no process. Wire
+    names (server/protocol.py Workload), but idle is spelled out."""
+
+    __tablename__ = "gpu_workloads"
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, primary_key=True)
+    kind: Mapped[str | None] = mapped_column(String(16))
+    job: Mapped[str | None] = mapped_column(String(256))
+    namespace: Mapped[str | None] = mapped_column(String(253))
+    pod: Mapped[str | None] = mapped_column(String(253))
+    pod_uid: Mapped[str | None] = mapped_column(String(64))
+    container: Mapped[str | None] = mapped_column(String(253))
+    container_id: Mapped[str | None] = mapped_column(String(64))
+    slurm_job_id: Mapped[str | None] = mapped_column(String(64))
+    slurm_step: Mapped[str | None] = mapped_column(String(64))
+    user: Mapped[str | None] = mapped_column(String(256))
+    process: Mapped[str | None] = mapped_column(String(253))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    processes: Mapped[int | None] = mapped_column(Integer)
+    workloads: Mapped[int | None] = mapped_column(Integer)
+
+
 class IngestLog(Base):
     """One row per committed batch: which node's samples, over which sample-time range.
     The detector follows this log (by id) to find new data exactly once, whichever worker or

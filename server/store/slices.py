@@ -26,7 +26,7 @@ def split(batch: UnresolvedBatch, max_rows: int) -> list[UnresolvedBatch]:
     """The batch as slices of about `max_rows` rows each, cut between sample instants (the
     detector reads a node's instants whole); itself if it is small. The slices' sample counts
     add up to the batch's (each slice is logged for the detector and the metrics as a batch of
-    its own); XIDs go with the first slice."""
+    its own); XIDs go with the first slice, workload changes with their instant's slice."""
     if row_count(batch) <= max_rows or max_rows <= 0:
         return [batch]
     gpu_ts, nic_ts = batch.gpu_rows[1::GPU_WIDTH], batch.nic_rows[1::NIC_WIDTH]
@@ -39,11 +39,15 @@ def split(batch: UnresolvedBatch, max_rows: int) -> list[UnresolvedBatch]:
     for part in part_of.values():
         instants[part] += 1
     instants[-1] += batch.samples - len(part_of)  # samples sharing an instant: the counts still add up
+    workload_rows: list[list[tuple]] = [[] for _ in range(n)]
+    for row in batch.workload_rows:  # (position, ts, ...): ts is one of the GPU rows' instants
+        workload_rows[part_of.get(row[1], 0)].append(row)
     slices = []
     for i in range(n):
         stamps = gpu_rows[i][1::GPU_WIDTH] + nic_rows[i][1::NIC_WIDTH]
         slices.append(batch._replace(samples=instants[i], min_ts=min(stamps), max_ts=max(stamps), gpu_rows=gpu_rows[i],
-                                     nic_rows=nic_rows[i], xid_rows=batch.xid_rows if i == 0 else []))
+                                     nic_rows=nic_rows[i], xid_rows=batch.xid_rows if i == 0 else [],
+                                     workload_rows=workload_rows[i]))
     return slices
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 KNOWN = {"type", "properties", "required", "items", "anyOf", "$ref", "const", "minimum", "maximum", "exclusiveMinimum",
          "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties", "additionalProperties", "propertyNames",
-         "pattern", "title", "description", "default", "$defs"}
+         "pattern", "title", "description", "default", "$defs", "enum"}
 # Big enough to cover a real node (8 GPUs, 8 ports), small enough to keep examples quick.
 MAX_ITEMS = 4
 
@@ -25,8 +25,8 @@ def from_json_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None)
         return st.deferred(lambda: from_json_schema(defs[schema["$ref"].rsplit("/", 1)[1]], defs))
     if "anyOf" in schema:
         return st.one_of([from_json_schema(s, defs) for s in schema["anyOf"]])
-    if "const" in schema:
-        return st.just(schema["const"])
+    if "const" in schema or "enum" in schema:
+        return st.sampled_from([schema["const"]] if "const" in schema else schema["enum"])
     kind = schema.get("type")
     if kind == "null":
         return st.none()
@@ -40,14 +40,23 @@ def from_json_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None)
                          exclude_min="exclusiveMinimum" in schema, exclude_max="exclusiveMaximum" in schema,
                          allow_nan=False, allow_infinity=False)
     if kind == "string":
-        text = st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
-        return text.filter(_matcher(schema["pattern"])) if "pattern" in schema else text
+        return _string(schema)
     if kind == "array":
         return st.lists(from_json_schema(schema["items"], defs), min_size=schema.get("minItems", 0),
                         max_size=min(schema.get("maxItems", MAX_ITEMS), MAX_ITEMS))
     if kind == "object":
         return _object(schema, defs)
     raise NotImplementedError(f"schema {schema} not handled by this strategy")
+
+
+def _string(schema: dict[str, Any]) -> st.SearchStrategy:
+    if "pattern" in schema and _FIXED.fullmatch(schema["pattern"]):  # "^[0-9a-f]{64}$": filtering text would never hit it
+        return st.from_regex(schema["pattern"][:-1] + r"\Z", fullmatch=True)
+    text = st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
+    return text.filter(_matcher(schema["pattern"])) if "pattern" in schema else text
+
+
+_FIXED = re.compile(r"\^\[[0-9A-Za-z-]+\]\{[0-9]+\}\$")
 
 
 def _matcher(pattern: str):

@@ -80,7 +80,7 @@ def test_0009_adds_the_dcgm_readings_as_null_to_rows_already_stored(database_url
             conn.execute(text('INSERT INTO gpus (id, uuid, node_id, "index", first_seen) VALUES (1, \'GPU-1\', 1, 0, 1)'))
             conn.execute(text("INSERT INTO gpu_samples (gpu_id, ts, lost, temp_c, tensor_active_pct) VALUES (1, :ts, false, 60.5, 50.0)"),
                          {"ts": now})
-        migrate.upgrade(engine)
+        migrate.upgrade(engine, "0009")
         assert migrate.current_revision(engine) == "0009"
         cols = ", ".join(new)
         with engine.begin() as conn:
@@ -93,5 +93,31 @@ def test_0009_adds_the_dcgm_readings_as_null_to_rows_already_stored(database_url
                          {"ts": now + 1})
             got = conn.execute(text(f"SELECT {cols} FROM gpu_samples WHERE ts = :ts"), {"ts": now + 1}).one()
         assert tuple(got) == (7, 1.0, 2.0, 3, 4, 5, True, 6.0, 8.0)
+    finally:
+        engine.dispose()
+
+
+def test_0010_adds_gpu_workloads_beside_stored_samples(database_url):
+    """Issue #15: upgrading a database that holds GPUs and samples adds the empty change table,
+    which takes rows keyed by GPU and ts; downgrading drops it and leaves the samples."""
+    from sqlalchemy import text
+
+    engine = make_engine(database_url)
+    try:
+        migrate.upgrade(engine, "0009")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO nodes (id, cluster, name, labels, first_seen, last_seen) VALUES (1, 'c', 'n', '{}', 1, 1)"))
+            conn.execute(text('INSERT INTO gpus (id, uuid, node_id, "index", first_seen) VALUES (1, \'GPU-1\', 1, 0, 1)'))
+        assert "gpu_workloads" not in inspect(engine).get_table_names()
+        migrate.upgrade(engine)
+        assert _diff(engine) == []
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT count(*) FROM gpu_workloads")).scalar_one() == 0
+            conn.execute(text('INSERT INTO gpu_workloads (gpu_id, ts, kind, job, "user", pid) VALUES (1, 5.0, \'slurm\', \'llm-b\', \'alice\', 7)'))
+            assert conn.execute(text('SELECT kind, job, "user", pid FROM gpu_workloads')).one() == ("slurm", "llm-b", "alice", 7)
+        command.downgrade(migrate.alembic_config(engine), "0009")
+        assert "gpu_workloads" not in inspect(engine).get_table_names()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT uuid FROM gpus")).scalar_one() == "GPU-1"
     finally:
         engine.dispose()

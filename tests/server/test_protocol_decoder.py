@@ -68,6 +68,16 @@ ACCEPTED = {
     "dram active": _set([*GPU0, "dram_active_pct"], 44.5),
     "non-ASCII and C1 in a name": _set(["node"], "nœud-\u0085-\u00a0"),  # control characters are C0 and DEL only
     "slash in a uuid": _set([*GPU0, "uuid"], "MIG-GPU-1/2/0"),  # only node and cluster are URL path segments
+    # What uses the GPU (issue #15): every key optional, null when unknown, kind null when idle.
+    "k8s workload": _set([*GPU0, "workload"], {
+        "kind": "k8s", "job": "llm-a", "namespace": "team-a", "pod": "llm-a-worker-3", "pod_uid": "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+        "container": "trainer", "container_id": "0123456789abcdef" * 4, "process": "python3", "pid": 4242, "processes": 1, "workloads": 1}),
+    "slurm workload": _set([*GPU0, "workload"], {"kind": "slurm", "job": "j" * 256, "user": "alice", "slurm_job_id": "4242",
+                                                 "slurm_step": "batch", "process": "python3", "pid": 7, "processes": 2, "workloads": 1}),
+    "idle workload": _set([*GPU0, "workload"], {"kind": None, "processes": 0, "workloads": 0}),
+    "unknown workload": _set([*GPU0, "workload"], None),
+    "empty workload": _set([*GPU0, "workload"], {}),
+    "workload with a newer key": _set([*GPU0, "workload"], {"kind": "process", "cgroup": "/x"}),
 }
 
 REJECTED = {
@@ -106,6 +116,19 @@ REJECTED = {
     "negative remapped rows": _set([*GPU0, "remapped_rows_correctable_total"], -1),
     "graphics engine active over 100": _set([*GPU0, "gr_engine_active_pct"], 100.5),
     "dram active as a string": _set([*GPU0, "dram_active_pct"], "44"),
+    "unknown workload kind": _set([*GPU0, "workload"], {"kind": "vm"}),
+    "workload not an object": _set([*GPU0, "workload"], "llm-a"),
+    "long pod name": _set([*GPU0, "workload"], {"kind": "k8s", "pod": "p" * 254}),
+    "empty namespace": _set([*GPU0, "workload"], {"kind": "k8s", "namespace": ""}),
+    "long job": _set([*GPU0, "workload"], {"kind": "k8s", "job": "j" * 257}),
+    "long user": _set([*GPU0, "workload"], {"kind": "slurm", "user": "u" * 257}),
+    "short container id": _set([*GPU0, "workload"], {"kind": "k8s", "container_id": "abc123"}),
+    "upper-case container id": _set([*GPU0, "workload"], {"kind": "k8s", "container_id": "ABCDEF0123456789" * 4}),
+    "container id ending in a newline": _set([*GPU0, "workload"], {"kind": "k8s", "container_id": "a" * 64 + "\n"}),
+    "newline in a pod name": _set([*GPU0, "workload"], {"kind": "k8s", "pod": "a\nb"}),
+    "pid as a string": _set([*GPU0, "workload"], {"kind": "process", "pid": "42"}),
+    "negative processes": _set([*GPU0, "workload"], {"kind": "process", "processes": -1}),
+    "slurm job id as a number": _set([*GPU0, "workload"], {"kind": "slurm", "slurm_job_id": 4242}),
     "NUL in node": _set(["node"], "n\x00"),
     "NUL in uuid": _set([*GPU0, "uuid"], "\x00"),
     "NUL in model": _set([*GPU0, "model"], "H100\x00"),
@@ -133,7 +156,7 @@ def test_accepted_bodies_decode_to_structs_holding_the_same_values(mutate):
 
 
 # What an absent key reads as on a Struct (protocol.py names these defaults).
-_ABSENT = {"lost": False, "cluster": DEFAULT_CLUSTER, "xids": (), "gpus": (), "nics": (), "labels": {}}
+_ABSENT = {"lost": False, "cluster": DEFAULT_CLUSTER, "xids": (), "gpus": (), "nics": (), "labels": {}, "workload": msgspec.UNSET}
 
 
 def _assert_same(struct, plain: dict, path: str = "$") -> None:

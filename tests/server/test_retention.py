@@ -32,7 +32,8 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
 
     deleted = apply_retention(db, now=now, retention_s=7 * DAY)
 
-    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "ingest_log": 1, "episodes": 0, "episode_events": 0}
+    assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "gpu_workloads": 0, "ingest_log": 1, "episodes": 0,
+                       "episode_events": 0}
     assert stored_gpu_samples(db) == 4
     assert count_rows(db, schema.NicSample) == 2
     assert count_rows(db, schema.XidEvent) == 1
