@@ -19,9 +19,22 @@ def is_busy(util_gpu_pct: float | None, reasons: int | None) -> bool:
     return util_gpu_pct is not None and util_gpu_pct >= BUSY_UTIL_PCT
 
 
-def peer_group(*, cluster: str, model: str | None, labels: Mapping[str, str]) -> str:
-    """Peers: same cluster, same GPU model, same job (else partition, else the whole cluster)."""
-    return f"{cluster}|{model or '?'}|{_scope(labels)}"
+def peer_group(*, cluster: str, model: str | None, labels: Mapping[str, str], workload: str | None = None) -> str:
+    """Peers: same cluster, same GPU model, same job: the workload running on the GPU (its
+    workload_key) where the agent attributed one, else the node's job label, else its partition,
+    else the whole cluster."""
+    return f"{cluster}|{model or '?'}|{workload or _scope(labels)}"
+
+
+def workload_key(kind: str | None, *, namespace: str | None, job: str | None, pod: str | None, slurm_job_id: str | None) -> str | None:
+    """The job a GPU's workload belongs to, as a peer-group scope (issue #15): a Kubernetes job
+    (else its pod) in its namespace, or a Slurm job id; None for an idle GPU, a bare process or
+    an unknown workload (the labels decide then)."""
+    if kind == "k8s" and (job or pod):
+        return f"k8s:{namespace or ''}/{job or pod}"
+    if kind == "slurm" and slurm_job_id:
+        return f"slurm:{slurm_job_id}"
+    return None
 
 
 def nic_group(*, cluster: str, labels: Mapping[str, str]) -> str:

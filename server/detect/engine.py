@@ -283,13 +283,13 @@ class Detector:
         return changes
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
-        groups: dict[str | None, str] = {}  # by model: one node's GPUs share the rest of their group
+        groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
         out = []
         for row in item.gpu_rows:
-            uuid, model = row["uuid"], row["model"]
-            group = groups.get(model)
+            uuid, model, workload = row["uuid"], row["model"], row.get("workload")
+            group = groups.get((model, workload))
             if group is None:
-                group = groups[model] = peer_group(cluster=item.cluster, model=model, labels=item.labels)
+                group = groups[(model, workload)] = peer_group(cluster=item.cluster, model=model, labels=item.labels, workload=workload)
             state = self.gpus[uuid]
             prev = state.prev_row
             xids = ()

@@ -6,15 +6,17 @@ steps over a gap only once it is older than `gap_timeout_s` (a rolled-back trans
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, select
+from sqlalchemy import Connection, and_, func, select
 
 from server.detect.engine import NodeInstant
 from server.detect.observe import GPU_READINGS
+from server.peer_groups import workload_key
 from server.protocol import NIC_METRICS
 from server.store import schema
 
@@ -22,6 +24,7 @@ LogT = schema.IngestLog.__table__
 GpuT, GpuSampleT = schema.Gpu.__table__, schema.GpuSample.__table__
 NicT, NicSampleT = schema.Nic.__table__, schema.NicSample.__table__
 XidT, NodeT = schema.XidEvent.__table__, schema.Node.__table__
+WorkloadT = schema.GpuWorkload.__table__
 
 
 XID_LOOKBACK_S = 300.0
@@ -122,6 +125,7 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
             item = by_key[(node_id, ts)] = NodeInstant(node.cluster, node.name, dict(node.labels or {}), ts, [], [])
         return item
 
+    workloads = _workloads(conn, ids, lo, hi)
     gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_READINGS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
     for row in conn.execute(
         select(*gpu_cols).join(GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi))
@@ -129,7 +133,12 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
     ):
         item = instant(row[-1], row[0])
         if item is not None:
-            item.gpu_rows.append(dict(zip(_GPU_KEYS, row), cluster=item.cluster, node=item.node))
+            values = dict(zip(_GPU_KEYS, row), cluster=item.cluster, node=item.node)
+            changes = workloads.get(values["uuid"])
+            if changes:
+                at = bisect.bisect_right(changes[0], values["ts"]) - 1
+                values["workload"] = changes[1][at] if at >= 0 else None
+            item.gpu_rows.append(values)
     nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
     for row in conn.execute(
         select(*nic_cols).join(NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi))
@@ -152,3 +161,21 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
         item.nic_rows.sort(key=lambda r: (r["device"], r["port"]))
         item.xids = xids.get(node_id, {})
     return list(by_key.values())
+
+
+def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[str, tuple[list[float], list[str | None]]]:
+    """Per GPU (uuid) of these nodes, the workload changes in effect over [lo, hi] (the last at or
+    before lo, and those after it): their times and workload_key, in time order (issue #15)."""
+    cols = (GpuT.c.uuid, WorkloadT.c.ts, WorkloadT.c.kind, WorkloadT.c.namespace, WorkloadT.c.job, WorkloadT.c.pod, WorkloadT.c.slurm_job_id)
+    last = (select(WorkloadT.c.gpu_id, func.max(WorkloadT.c.ts).label("ts")).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
+            .where(GpuT.c.node_id.in_(ids), WorkloadT.c.ts <= lo).group_by(WorkloadT.c.gpu_id).subquery())
+    rows = [*conn.execute(select(*cols).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
+                          .join(last, and_(last.c.gpu_id == WorkloadT.c.gpu_id, last.c.ts == WorkloadT.c.ts))),
+            *conn.execute(select(*cols).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
+                          .where(GpuT.c.node_id.in_(ids), WorkloadT.c.ts > lo, WorkloadT.c.ts <= hi))]
+    out: dict[str, tuple[list[float], list[str | None]]] = {}
+    for uuid, ts, kind, namespace, job, pod, slurm_job_id in sorted(rows, key=lambda r: r[1]):
+        times, keys = out.setdefault(uuid, ([], []))
+        times.append(ts)
+        keys.append(workload_key(kind, namespace=namespace, job=job, pod=pod, slurm_job_id=slurm_job_id))
+    return out
