@@ -382,6 +382,7 @@ class Sources:
     gpus: object  # has read(ts) -> list[GpuSample], driver_version(), cuda_version()
     read_nics: Callable[[float], list[NicSample]]
     close: Callable[[], None]
+    attribution: object | None = None  # agent.workload's NodeAttribution (counters() for /metrics); None when off
 
 
 def real_sources(cfg: Config) -> Sources:
@@ -398,7 +399,7 @@ def real_sources(cfg: Config) -> Sources:
         ports.close()
         gpus.close()
 
-    return Sources(gpus, lambda ts: ports.read(), close)
+    return Sources(gpus, lambda ts: ports.read(), close, attribution=attribution)
 
 
 def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -> Sources:
@@ -479,7 +480,7 @@ def run_forever(cfg: Config, sources: Sources, stop: threading.Event) -> None:
 
         sink, metrics_server = start_metrics(cfg.metrics_port, pusher, node=cfg.node, cluster=cfg.cluster or DEFAULT_CLUSTER,
                                              driver=agent_info(sources.gpus)["driver"], pusher=pusher,
-                                             stale_after=healthz_stale_after(cfg.interval))
+                                             attribution=sources.attribution, stale_after=healthz_stale_after(cfg.interval))
         pusher.on_cluster = lambda cluster: setattr(sink, "cluster", cluster)  # once learnt from the token
     pusher.start()
     runner = Runner(sources.gpus, sink, interval=cfg.interval, read_nics=sources.read_nics, stop=stop)

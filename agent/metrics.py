@@ -30,10 +30,14 @@ class NodeMetrics:
     hangs on a broken GPU stops the sampling loop without ending the process); None: never."""
 
     def __init__(self, sink, *, node: str, cluster: str, driver: str | None = None, stats: Callable[[], Mapping[str, float]] | None = None,
+                 attribution_errors: Callable[[], Mapping[str, int]] | None = None,
                  stale_after: float | None = None, clock: Callable[[], float] = time.monotonic):
+        """attribution_errors: the workload attribution's failure counters (reason → count,
+        agent/workload/node.py's `counters()`); None when attribution is off: no family then."""
         self.sink = sink
         self.node, self.cluster, self.driver = node, cluster, driver
         self.stats = stats
+        self.attribution_errors = attribution_errors
         self.latest = None
         self.samples = 0
         self.stale_after, self._clock = stale_after, clock
@@ -126,7 +130,23 @@ class NodeMetrics:
             fam = Family("laggard_agent_spool_bytes", "gauge", "Size of the on-disk spool's files.", ("cluster", "node"))
             fam.add((self.cluster, self.node), stats["spool_bytes"])
             out.append(fam)
+        out += self._attribution_families()
         return out
+
+    def _attribution_families(self) -> list[Family]:
+        if self.attribution_errors is None:
+            return []
+        try:  # read from the sampling thread's counters: a scrape must not fail for them
+            counters = dict(self.attribution_errors())
+        except Exception:
+            log.debug("attribution counters unreadable", exc_info=True)
+            return []
+        fam = Family("laggard_agent_attribution_errors_total", "counter",
+                     "Workload attribution failures by reason (docs/attribution.md); the GPU's workload is left unknown.",
+                     ("cluster", "node", "reason"))
+        for reason, n in sorted(counters.items()):
+            fam.add((self.cluster, self.node, reason), n)
+        return [fam]
 
     def exposition(self) -> str:
         return self._renderer.render(self.families())
@@ -217,10 +237,12 @@ class MetricsServer:
 
 
 def start_metrics(spec: str, sink, *, node: str, cluster: str, driver: str | None, pusher=None,
-                  stale_after: float | None = None) -> tuple[NodeMetrics, MetricsServer]:
-    """The sink to hand the Runner, and the server (close() it on exit)."""
+                  attribution=None, stale_after: float | None = None) -> tuple[NodeMetrics, MetricsServer]:
+    """The sink to hand the Runner, and the server (close() it on exit). attribution: the
+    agent's NodeAttribution (anything with counters()), or None when off."""
     host, port = parse_listen(spec)
     metrics = NodeMetrics(sink, node=node, cluster=cluster, driver=driver, stats=pusher_stats(pusher) if pusher is not None else None,
+                          attribution_errors=attribution.counters if attribution is not None else None,
                           stale_after=stale_after)
     server = MetricsServer(metrics, host, port).start()
     log.info("metrics at http://%s:%d/metrics", host, server.port)

@@ -264,14 +264,37 @@ def test_agent_wrapper_exports_the_labels_file_to_the_real_agent(agent, tmp_path
     assert missing.returncode != 0  # no labels file: the container fails rather than run unlabelled
 
 
-def test_agent_rbac_lets_it_get_nodes_and_nothing_else(agent, base):
+def test_agent_rbac_lets_it_get_nodes_and_list_pods_and_nothing_else(agent, base):
+    """get on nodes (the labels initContainer); get/list on pods (workload attribution lists this
+    node's pods, docs/attribution.md); no other role is bound to the agent's account."""
     account = agent["spec"]["template"]["spec"]["serviceAccountName"]
     one(base, "ServiceAccount", account)
-    role = one(base, "ClusterRole", "laggard-agent-node-reader")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
-    binding = one(base, "ClusterRoleBinding", "laggard-agent-node-reader")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": agent["metadata"]["namespace"]}]
+    expected = {
+        "laggard-agent-node-reader": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        "laggard-agent-pod-reader": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+    }
+    for name, rules in expected.items():
+        role = one(base, "ClusterRole", name)
+        assert role["rules"] == rules
+        binding = one(base, "ClusterRoleBinding", name)
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": agent["metadata"]["namespace"]}]
+    bound = {doc["roleRef"]["name"] for doc in base if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and any(s.get("name") == account for s in doc.get("subjects", []))}
+    assert bound == set(expected)
+
+
+def test_agent_reads_the_hosts_proc_read_only_without_host_pid(agent):
+    """NVML reports host PIDs: attribution reads the host's /proc through a read-only mount,
+    named by LAGGARD_PROC_ROOT, rather than joining the host's PID namespace."""
+    pod = agent["spec"]["template"]["spec"]
+    assert not pod.get("hostPID", False)
+    c = agent_container(agent)
+    (volume,) = [v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    assert env_of(c)["LAGGARD_PROC_ROOT"]["value"] == mount["mountPath"] == "/host/proc"
+    assert "LAGGARD_ATTRIBUTION" not in env_of(c)  # auto: on
 
 
 # --- the collector ----------------------------------------------------------------------------

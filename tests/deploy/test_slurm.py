@@ -78,6 +78,9 @@ def test_agent_unit_command_and_env_file_parse():
     cfg = parse_config(exec_start("laggard-agent.service", env)[1:], env=env)
     assert cfg.collector == env["LAGGARD_COLLECTOR_URL"] and cfg.cluster == env["LAGGARD_CLUSTER"]
     assert "EXAMPLE" in env["LAGGARD_TOKEN"]
+    # Attribution names Slurm jobs with scontrol: the unprivileged unit cannot read other users' environ.
+    assert (cfg.attribution, cfg.scontrol) == ("auto", "/usr/bin/scontrol")
+    assert unit("laggard-agent.service")["Service"]["DynamicUser"] == "yes"
 
 
 def test_slurm_sync_unit_runs_the_real_command_from_its_timer():

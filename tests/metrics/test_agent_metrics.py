@@ -167,3 +167,30 @@ def test_agent_serves_metrics_while_the_collector_is_away():
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "Traceback" not in out, out[-3000:]
+
+
+def test_attribution_failures_are_counted_by_reason(tmp_path):
+    """laggard_agent_attribution_errors_total{reason}: every counter of the agent's attribution
+    (docs/attribution.md, "Failures are counted"), zeros included, served on /metrics; no family
+    while attribution is off."""
+    from agent.metrics import start_metrics
+    from agent.sim.proctree import slurm_path, v2, write_process
+    from agent.workload import open_attribution
+
+    proc = tmp_path / "proc"
+    (write_process(proc, 500, cgroup=v2(slurm_path(4242, 0)), comm="python") / "environ").unlink()  # environ unreadable
+    attribution = open_attribution(proc_root=str(proc), node="n1", kubernetes="off")
+    attribution.attributor.attribute([[500], [777]])  # 777: no such process in the tree
+    metrics, server = start_metrics("127.0.0.1:0", None, node="n1", cluster="prod", driver=None, attribution=attribution)
+    try:
+        text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+    finally:
+        server.close()
+    name = "laggard_agent_attribution_errors_total"
+    assert f"# TYPE {name} counter" in text
+    assert values(text, name, cluster="prod", node="n1", reason="proc_unreadable") == [1]
+    assert values(text, name, reason="environ_unreadable") == [1]
+    reasons = {dict(labels)["reason"] for n, labels in samples(text) if n == name}
+    assert reasons == set(attribution.counters()) >= {"nvml_not_supported", "nvml_no_permission", "nvml_failed", "attribution_failed"}
+    assert values(text, name, reason="nvml_failed") == [0]
+    assert name not in NodeMetrics(None, node="n1", cluster="prod").exposition()
