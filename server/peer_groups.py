@@ -43,3 +43,13 @@ def nic_group(*, cluster: str, labels: Mapping[str, str]) -> str:
 
 def _scope(labels: Mapping[str, str]) -> str:
     return labels.get("job") or labels.get("partition") or "*"
+
+
+def workload_label(kind: str | None, *, namespace: str | None, job: str | None, pod: str | None, slurm_job_id: str | None) -> str | None:
+    """The workload as a person names it in an episode's summary: "job llm-a, pod llm-a-3",
+    "pod notebook-7", "Slurm job 4242 (llm-b)"; None where workload_key is None."""
+    if kind == "k8s" and (job or pod):
+        return f"job {job}, pod {pod}" if job and pod else f"job {job}" if job else f"pod {pod}"
+    if kind == "slurm" and slurm_job_id:
+        return f"Slurm job {slurm_job_id} ({job})" if job else f"Slurm job {slurm_job_id}"
+    return None

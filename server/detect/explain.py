@@ -1,6 +1,6 @@
 """Evidence every finding carries besides its rule's own numbers: the window it was judged on,
-and the peers it was compared with (where, how many, their median and spread for the
-finding's metric, and why they were fit to compare)."""
+the peers it was compared with (where, how many, their median and spread for the finding's
+metric, and why they were fit to compare), and the workload it slows where one is attributed."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def explain(finding: Finding, window: Window, peers: PeerStats | NicPeerStats | 
     evidence["window"] = {"from": before, "to": obs.ts}
     if peers is not None:
         evidence["peers"] = _peers(peers, obs.node, evidence.get("metric"))
+    workload = getattr(obs, "workload", None)
+    if workload:
+        # Whose job it slows, first: alerts, hints and drain reasons quote the summary.
+        evidence["workload"] = workload
+        return replace(finding, evidence=evidence, summary=f"{workload}: {finding.summary}")
     return replace(finding, evidence=evidence)
 
 

@@ -74,6 +74,7 @@ class GpuObs(msgspec.Struct, gc=False):
     ecc_uncorrected_total: int | None = None
     remapped_rows_pending: bool | None = None
     xids: tuple[int, ...] = ()
+    workload: str | None = None  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
     # Derived from counter deltas (per second), None when not computable.
     nvlink_bps: float | None = None  # tx + rx bytes/s
     nvlink_crc_per_s: float | None = None

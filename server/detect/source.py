@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, func, select
 
 from server.detect.engine import NodeInstant
 from server.detect.observe import GPU_READINGS
-from server.peer_groups import workload_key
+from server.peer_groups import workload_key, workload_label
 from server.protocol import NIC_METRICS
 from server.store import schema
 
@@ -134,10 +134,7 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
         item = instant(row[-1], row[0])
         if item is not None:
             values = dict(zip(_GPU_KEYS, row), cluster=item.cluster, node=item.node)
-            changes = workloads.get(values["uuid"])
-            if changes:
-                at = bisect.bisect_right(changes[0], values["ts"]) - 1
-                values["workload"] = changes[1][at] if at >= 0 else None
+            _attach_workload(values, workloads.get(values["uuid"]))
             item.gpu_rows.append(values)
     nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
     for row in conn.execute(
@@ -163,9 +160,18 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
     return list(by_key.values())
 
 
-def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[str, tuple[list[float], list[str | None]]]:
+def _attach_workload(values: dict[str, Any], changes: tuple[list[float], list] | None) -> None:
+    """The workload in effect at the row's instant: its last change at or before it."""
+    if changes:
+        at = bisect.bisect_right(changes[0], values["ts"]) - 1
+        if at >= 0:
+            values["workload"], values["workload_label"] = changes[1][at]
+
+
+def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[str, tuple[list[float], list[tuple[str | None, str | None]]]]:
     """Per GPU (uuid) of these nodes, the workload changes in effect over [lo, hi] (the last at or
-    before lo, and those after it): their times and workload_key, in time order (issue #15)."""
+    before lo, and those after it): their times and (workload_key, workload_label), in time order
+    (issue #15)."""
     cols = (GpuT.c.uuid, WorkloadT.c.ts, WorkloadT.c.kind, WorkloadT.c.namespace, WorkloadT.c.job, WorkloadT.c.pod, WorkloadT.c.slurm_job_id)
     last = (select(WorkloadT.c.gpu_id, func.max(WorkloadT.c.ts).label("ts")).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
             .where(GpuT.c.node_id.in_(ids), WorkloadT.c.ts <= lo).group_by(WorkloadT.c.gpu_id).subquery())
@@ -173,9 +179,10 @@ def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[s
                           .join(last, and_(last.c.gpu_id == WorkloadT.c.gpu_id, last.c.ts == WorkloadT.c.ts))),
             *conn.execute(select(*cols).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
                           .where(GpuT.c.node_id.in_(ids), WorkloadT.c.ts > lo, WorkloadT.c.ts <= hi))]
-    out: dict[str, tuple[list[float], list[str | None]]] = {}
+    out: dict[str, tuple[list[float], list[tuple[str | None, str | None]]]] = {}
     for uuid, ts, kind, namespace, job, pod, slurm_job_id in sorted(rows, key=lambda r: r[1]):
         times, keys = out.setdefault(uuid, ([], []))
         times.append(ts)
-        keys.append(workload_key(kind, namespace=namespace, job=job, pod=pod, slurm_job_id=slurm_job_id))
+        names = dict(namespace=namespace, job=job, pod=pod, slurm_job_id=slurm_job_id)
+        keys.append((workload_key(kind, **names), workload_label(kind, **names)))
     return out

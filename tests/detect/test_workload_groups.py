@@ -61,13 +61,17 @@ def _fleet(*, attributed: bool, switch_at: float = 150.0) -> list[NodeInstant]:
     return items
 
 
-def _opened(items: list[NodeInstant]) -> list[tuple[str, int, str]]:
+def _opened_changes(items: list[NodeInstant]) -> list:
     det = Detector(DetectionSettings(open_after_s=0))
     changes = []
     for item in items:
         det.add(item)
         changes += det.advance()
-    return sorted((c.node, c.gpu, c.cause) for c in changes if isinstance(c.change, Opened))
+    return [c for c in changes if isinstance(c.change, Opened)]
+
+
+def _opened(items: list[NodeInstant]) -> list[tuple[str, int, str]]:
+    return sorted((c.node, c.gpu, c.cause) for c in _opened_changes(items))
 
 
 def test_gpus_serving_another_job_are_not_stragglers_of_the_training_job():
@@ -77,13 +81,19 @@ def test_gpus_serving_another_job_are_not_stragglers_of_the_training_job():
     assert _opened(_fleet(attributed=True)) == []
 
 
-def test_a_slow_gpu_inside_its_own_job_is_still_found():
+def test_a_slow_gpu_inside_its_own_job_is_still_found_and_named_by_its_job():
     items = _fleet(attributed=True)
     for item in items:
+        for row in item.gpu_rows:
+            row["workload_label"] = "job llm-b, pod llm-b-0" if row["workload"] == SERVE else "job llm-a, pod llm-a-3"
         if item.node == "n1" and item.ts >= 100:
             row = item.gpu_rows[2]
             row["sm_clock_mhz"], row["clocks_event_reasons"] = 1400, 0x40  # HW thermal slowdown
-    assert {(node, gpu) for node, gpu, _ in _opened(items)} == {("n1", 2)}
+    opened = _opened_changes(items)
+    assert {(c.node, c.gpu) for c in opened} == {("n1", 2)}
+    # Whose job it slows comes first, as alerts, hints and drain reasons quote it.
+    assert all(c.change.finding.summary.startswith("job llm-a, pod llm-a-3: GPU 2 ") for c in opened), [c.change.finding.summary for c in opened]
+    assert all(c.change.finding.evidence["workload"] == "job llm-a, pod llm-a-3" for c in opened)
 
 
 def test_stored_workloads_come_back_with_each_sample(database_url):
@@ -114,3 +124,4 @@ def test_stored_workloads_come_back_with_each_sample(database_url):
     # What a GPU last reported stays in effect until it reports a change (no row: unknown).
     assert got == [(0, [POD_KEY, POD_KEY]), (1, [POD_KEY, POD_KEY]), (2, [POD_KEY, "slurm:4242"]),
                    (3, [POD_KEY, "slurm:4242"]), (4, [POD_KEY, "slurm:4242"])]
+    assert [row.get("workload_label") for row in items[-1].gpu_rows] == ["job llm-a, pod llm-a-0", "Slurm job 4242 (eval)"]
