@@ -29,8 +29,10 @@ MIB = 1024 * 1024
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION", "cluster")
 # On the collector, which serves every node's GPUs: `instance` = the node as well, so that with
 # honor_labels in the scrape job each node's series look as if its own exporter served them
-# (issue #16). It goes last: a label tuple is dcgm_labels(...) + (node,).
-FLEET_DCGM_LABELS = (*DCGM_LABELS, "instance")
+# (issue #16). Then dcgm-exporter's Kubernetes labels of the pod using the GPU, as the node's
+# agent attributed it (issue #15; "" where none: no label). A label tuple is dcgm_labels(...) +
+# (node, namespace, pod, container).
+FLEET_DCGM_LABELS = (*DCGM_LABELS, "instance", "namespace", "pod", "container")
 
 
 class DcgmField(NamedTuple):

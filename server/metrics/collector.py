@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 GpuSampleT, NicSampleT = schema.GpuSample.__table__, schema.NicSample.__table__
 NodeT, EpisodeT = schema.Node.__table__, schema.Episode.__table__
 GPU_LABELS = ("cluster", "node", "gpu", "uuid")
+_NO_POD = (None, None, None)  # namespace, pod, container of a GPU no Kubernetes pod is attributed to
 XID_LAST_HORIZON_S = 3600.0  # laggard_gpu_xid_last_timestamp_seconds: XIDs this recent
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
@@ -149,6 +150,9 @@ class LaggardCollector:
         active = [dict(r) for r in conn.execute(select(
             EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
         ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
+        pods = {r[0]: r[1:] for r in conn.execute(text(
+            "SELECT w.gpu_id, w.namespace, w.pod, w.container FROM gpu_workloads w JOIN (SELECT gpu_id, max(ts) AS ts "
+            "FROM gpu_workloads GROUP BY gpu_id) m ON m.gpu_id = w.gpu_id AND m.ts = w.ts WHERE w.kind = 'k8s'")).all()}
         last_xid = dict(conn.execute(text(
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
@@ -163,6 +167,7 @@ class LaggardCollector:
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "xid_last": xid_last,
+            "pods": pods,
             "progress": progress,
             "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(),
         }
@@ -260,6 +265,7 @@ class LaggardCollector:
         cache = self._labels
         fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         group_of = _PeerGroupMembers(nodes, groups)
+        pods = state["pods"]
         for row in state["gpus"]:
             node = nodes.get(row[1])
             if node is None:
@@ -270,12 +276,14 @@ class LaggardCollector:
             m = dict(zip(_GPU_COLUMNS, row[6:]))
             # The same label tuples from scrape to scrape: the renderer then finds its cached
             # line heads by identity (agent/exposition.py Renderer).
-            ident = (row[0], cluster, hostname, index, uuid, model, pci_bus_id, driver)
+            pod = pods.get(row[0], _NO_POD)
+            ident = (row[0], cluster, hostname, index, uuid, model, pci_bus_id, driver, pod)
             pair = fresh[ident] = cache.get(ident) or (
                 (cluster, hostname, gpu, uuid),
-                # As if the node's own exporter served them: instance = the node (FLEET_DCGM_LABELS).
+                # As if the node's own exporter served them: instance = the node, and the pod using
+                # the GPU (FLEET_DCGM_LABELS).
                 (*dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster, pci_bus_id=pci_bus_id,
-                              driver=driver), hostname))
+                              driver=driver), hostname, *(v or "" for v in pod)))
             labels, dlabels = pair
             is_lost = bool(m["lost"])
             add_lost(labels, int(is_lost))

@@ -167,7 +167,9 @@ def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):
     body = scrape(server.url)
     parsed = samples(body)
     n1_gpu0 = {"instance": "n1", "Hostname": "n1", "hostname": "n1", "gpu": "0", "UUID": "GPU-n1-0", "pci_bus_id": "00000000:18:00.0",
-               "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "DCGM_FI_DRIVER_VERSION": "550.54.15", "cluster": "prod"}
+               "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "DCGM_FI_DRIVER_VERSION": "550.54.15", "cluster": "prod",
+               # No pod attributed to it: empty, which Prometheus stores as no label (issue #15).
+               "namespace": "", "pod": "", "container": ""}
     assert [dict(labels) for name, labels in parsed if name == "DCGM_FI_DEV_GPU_TEMP" and dict(labels)["UUID"] == "GPU-n1-0"] == [n1_gpu0]
     # GPU 5 of each node: one series per node, told apart by instance.
     gpu5 = [dict(labels) for name, labels in parsed if name == "DCGM_FI_DEV_GPU_TEMP" and dict(labels)["gpu"] == "5"]
@@ -179,6 +181,28 @@ def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):
     assert all(set(s) == set(n1_gpu0) and s["instance"] == s["Hostname"] for s in dcgm)
     laggard = [dict(labels) for name, labels in parsed if not name.startswith("DCGM_FI_")]
     assert laggard and not any("instance" in s or "job" in s for s in laggard)
+
+
+def test_dcgm_series_name_the_pod_using_the_gpu(database_url):
+    """Issue #15: dcgm-exporter's `namespace`, `pod` and `container` labels, from the workload the
+    node's agent attributed to each GPU; none for a GPU running no pod (a Slurm job, idle)."""
+    from tests.metrics.fleet import body
+
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        payload = body("n1", t0 + 10, t0, gpus=2)
+        gpus = payload["samples"][0]["gpus"]
+        gpus[0]["workload"] = {"kind": "k8s", "job": "llm-a", "namespace": "team-a", "pod": "llm-a-worker-3", "container": "trainer",
+                               "processes": 1, "workloads": 1}
+        gpus[1]["workload"] = {"kind": "slurm", "job": "eval", "slurm_job_id": "4242", "processes": 1, "workloads": 1}
+        push(server.url, payload)
+        scraped = wait_metric(server.url, "DCGM_FI_DEV_GPU_TEMP")
+        labels = {dict(ls)["gpu"]: dict(ls) for name, ls in samples(scraped) if name == "DCGM_FI_DEV_GPU_TEMP"}
+        assert (labels["0"]["namespace"], labels["0"]["pod"], labels["0"]["container"]) == ("team-a", "llm-a-worker-3", "trainer")
+        assert (labels["1"]["namespace"], labels["1"]["pod"], labels["1"]["container"]) == ("", "", "")
+    finally:
+        server.stop()
 
 
 def test_laggard_series(fleet_server):
