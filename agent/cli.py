@@ -130,7 +130,8 @@ def build_parser(env: dict[str, str]) -> argparse.ArgumentParser:
                         "(env LAGGARD_PROC_ROOT; default %(default)s)")
     p.add_argument("--attribution", choices=["auto", "off"], default=env.get("LAGGARD_ATTRIBUTION", "auto").lower(),
                    help="report the workload (pod, Slurm job, process) on each GPU: auto = from NVML's process "
-                        "lists, /proc and, in a pod, this node's pods from the API server; off under --simulate "
+                        "lists, /proc and, in a pod, this node's pods from the API server; under --simulate the "
+                        "simulated GPUs' processes (one Slurm job) from a simulated /proc "
                         "(env LAGGARD_ATTRIBUTION; default %(default)s)")
     p.add_argument("--pods-url", metavar="URL", default=env.get("LAGGARD_PODS_URL") or None,
                    help="any URL answering this node's PodList, instead of the in-cluster API server "
@@ -205,7 +206,7 @@ class Config:
     token_file: str | None = None  # read again before retrying a 401/403: a Secret may be fixed in place
     auth_retry: float = 60.0
     proc_root: str = "/proc"
-    attribution: str = "auto"  # "auto" | "off" (always off under --simulate: no simulated processes)
+    attribution: str = "auto"  # "auto" | "off" (under --simulate: the simulated processes and /proc)
     pods_url: str | None = None
     scontrol: str | None = None
 
@@ -236,7 +237,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         spool_dir = spool_dir_setting(args, env, simulate)
         spool_max_bytes = _spool_max_bytes_setting(args, env)
         _check_metrics_port(args)
-        attribution = _attribution_setting(args, simulate)
+        attribution = _attribution_setting(args)
     except UsageError as exc:
         parser.error(str(exc))
     node = args.node or env.get("NODE_NAME") or socket.gethostname()
@@ -251,11 +252,10 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     )
 
 
-def _attribution_setting(args: argparse.Namespace, simulate: tuple[str, int] | None) -> str:
+def _attribution_setting(args: argparse.Namespace) -> str:
     if args.attribution not in {"auto", "off"}:  # from LAGGARD_ATTRIBUTION: argparse checks only the flag
         raise UsageError(f"--attribution {args.attribution!r}: expected auto or off")
-    # The simulator runs no processes on its GPUs: there is nothing to attribute.
-    return "off" if simulate else args.attribution
+    return args.attribution
 
 
 def _flag_or_env_number(flag, env: dict[str, str], name: str, kind: type, default):
@@ -402,8 +402,12 @@ def real_sources(cfg: Config) -> Sources:
     return Sources(gpus, lambda ts: ports.read(), close, attribution=attribution)
 
 
-def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -> Sources:
-    """A one-node simulated fleet: fake libnvidia-ml under the real pynvml, simulated IB tree."""
+SIM_JOB = ("1001", "sim-train")  # the Slurm job (id, name) a simulated agent's GPUs run
+
+
+def simulated_sources(model: str, count: int, faults: list[str], *, node: str, attribution: str = "auto") -> Sources:
+    """A one-node simulated fleet: fake libnvidia-ml under the real pynvml, simulated IB tree;
+    its GPUs run one Slurm job (SIM_JOB), attributed through a simulated /proc unless off."""
     from agent.sim.faults import parse_fault_spec
     from agent.sim.fleet import SimFleet
     from agent.sim.infiniband import is_ib_fault
@@ -414,11 +418,12 @@ def simulated_sources(model: str, count: int, faults: list[str], *, node: str) -
             raise UsageError(f"--fault {spec!r}: there is no GPU {gpu} (simulating {count}: gpu0..gpu{count - 1})")
     fleet = SimFleet()
     try:
-        sim = fleet.add_node(node, model=model, gpus=count, faults=faults, keep_files_open=True)
+        sim = fleet.add_node(node, model=model, gpus=count, faults=faults, keep_files_open=True, attribution=attribution != "off")
+        sim.sim.run_slurm_job(SIM_JOB[0], SIM_JOB[1])
     except BaseException:
         fleet.close()
         raise
-    return Sources(sim, sim.read_nics, fleet.close)
+    return Sources(sim, sim.read_nics, fleet.close, attribution=sim.attribution)
 
 
 # --- main -----------------------------------------------------------------------------
@@ -507,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     # httpx logs every request at INFO: one line per push is noise in a node's journal.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        sources = (simulated_sources(*cfg.simulate, cfg.faults, node=cfg.node) if cfg.simulate
+        sources = (simulated_sources(*cfg.simulate, cfg.faults, node=cfg.node, attribution=cfg.attribution) if cfg.simulate
                    else real_sources(cfg))
     except (NvmlUnavailable, UsageError, ValueError) as exc:
         print(f"laggard-agent: error: {exc}", file=sys.stderr)

@@ -2,7 +2,10 @@
 
 Every node runs the real agent code path: NvmlGpuSource through the real pynvml bindings on
 the simulated libnvidia-ml, the sysfs IB reader on a simulated tree, the sampling Runner and
-the gzip/retry Pusher. Only the GPUs and NICs are simulated.
+the gzip/retry Pusher. Only the GPUs and NICs are simulated, and the processes on the GPUs:
+two Slurm jobs over the nodes and the last node idle (JOBS, job_layout), each node's agent
+attributing its GPUs through a simulated /proc (agent/sim/proctree.py), so the detector compares
+the GPUs of each job with each other with no `job` label.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ DEMO_FAULTS: dict[int, list[str]] = {
 }
 
 
+# (Slurm job id, job name): the first half of the busy nodes runs one, the rest the other.
+JOBS = (("4101", "llm-pretrain"), ("4102", "llm-finetune"))
+
+
 LOCK_FILES = (".detector-lock", ".write-lock")
 
 
@@ -54,10 +61,11 @@ def run_demo(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     agents: list[tuple[Pusher, threading.Thread]] = []
     try:
-        nodes = [_add_node(fleet, i, args) for i in range(args.nodes)]
+        layout = job_layout(args.nodes)
+        nodes = [_add_node(fleet, i, args, layout[i]) for i in range(args.nodes)]
         for i, node in enumerate(nodes):
             agents.append(_start_agent(node, rack=f"r{i // 4:02d}", url=server.url, interval=args.interval, stop=stop))
-        _print_banner(server, nodes, args)
+        _print_banner(server, nodes, args, layout)
         _show_progress(server, agents, args, stop)
     except KeyboardInterrupt:
         pass
@@ -89,9 +97,26 @@ def _remove_lock_files(database_url: str) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def _add_node(fleet: SimFleet, i: int, args: argparse.Namespace) -> SimulatedNode:
+def job_layout(nodes: int) -> list[tuple[str, str, int] | None]:
+    """Per node: (job id, job name, the node's rank within the job), or None for the idle node
+    (the last one, once there are three nodes or more)."""
+    busy = nodes - 1 if nodes >= 3 else nodes
+    first = (busy + 1) // 2
+    layout: list[tuple[str, str, int] | None] = []
+    for i in range(busy):
+        job_id, name = JOBS[0] if i < first else JOBS[1]
+        layout.append((job_id, name, i if i < first else i - first))
+    return layout + [None] * (nodes - busy)
+
+
+def _add_node(fleet: SimFleet, i: int, args: argparse.Namespace, job: tuple[str, str, int] | None) -> SimulatedNode:
     faults = [f for f in DEMO_FAULTS.get(i, []) if _fits(f, args.gpus)]
-    return fleet.add_node(f"gpu-node-{i:03d}", model=args.model.lower(), gpus=args.gpus, faults=faults, seed=i)
+    node = fleet.add_node(f"gpu-node-{i:03d}", model=args.model.lower(), gpus=args.gpus, faults=faults, seed=i,
+                          workload="idle" if job is None else "busy", attribution=True)
+    if job is not None:
+        job_id, name, rank = job
+        node.sim.run_slurm_job(job_id, name, user="demo", first_task=rank * args.gpus)
+    return node
 
 
 def _fits(fault: str, gpus: int) -> bool:
@@ -101,13 +126,17 @@ def _fits(fault: str, gpus: int) -> bool:
 
 def _start_agent(node: SimulatedNode, *, rack: str, url: str, interval: float, stop: threading.Event) -> tuple[Pusher, threading.Thread]:
     info = {"version": agent_version, "driver": node.driver_version(), "cuda": node.cuda_version()}
-    pusher = Pusher(url, node=node.name, cluster=CLUSTER, labels={"job": "llm-demo", "rack": rack}, agent_info=info,
+    pusher = Pusher(url, node=node.name, cluster=CLUSTER, labels={"rack": rack}, agent_info=info,
                     batch_size=1, max_delay=interval).start()
     runner = Runner(node, pusher, interval=interval, read_nics=node.read_nics, stop=stop)
     return pusher, runner.start()
 
 
-def _print_banner(server: RunningServer, nodes: list[SimulatedNode], args: argparse.Namespace) -> None:
+def _print_banner(server: RunningServer, nodes: list[SimulatedNode], args: argparse.Namespace,
+                  layout: list[tuple[str, str, int] | None]) -> None:
+    jobs = "; ".join(f"{name} (Slurm job {job_id}) on {_span([n.name for n, j in zip(nodes, layout) if j and j[0] == job_id])}"
+                     for job_id, name in JOBS if any(j and j[0] == job_id for j in layout))
+    idle = [n.name for n, j in zip(nodes, layout) if j is None]
     faulty = ", ".join(f"{nodes[i].name} ({'; '.join(DEMO_FAULTS[i])})" for i in sorted(DEMO_FAULTS) if i < len(nodes))
     url = server.url
     print(f"""
@@ -117,9 +146,14 @@ Collector at {url} (SQLite), {len(nodes)} simulated nodes × {args.gpus} {args.m
   nodes         {url}/api/v1/nodes
   one node      {url}/api/v1/nodes/{nodes[0].name}
   a GPU series  {url}/api/v1/gpus/<uuid>/series?metric=sm_clock_mhz
+  jobs: {jobs}{'; idle: ' + ', '.join(idle) if idle else ''}
   injected faults: {faulty or 'none'}
 Ctrl-C to stop.
 """, flush=True)
+
+
+def _span(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
 
 
 def _show_progress(server: RunningServer, agents: list[tuple[Pusher, threading.Thread]], args: argparse.Namespace, stop: threading.Event) -> None:

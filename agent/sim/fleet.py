@@ -4,6 +4,10 @@ pynvml holds one NVML library per process, so the fleet installs one SimNvmlLib 
 node's reads run inside `lib.node(...)`, which routes the node-scoped NVML calls (device
 count, handle by index, events) to that node. Each node also gets its own simulated IB
 sysfs tree. The real pynvml bindings and the real readers run for every node.
+
+With `attribution=True` a node also keeps a simulated /proc tree of the processes its GPUs run
+(SimNode.run_slurm_job / run_pod) and attributes them with the real agent.workload code, as
+the agent does on a real node.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from agent.sim.gpu import SimNode
 from agent.sim.infiniband import SimIbTree, is_ib_fault
 from agent.sim.install import install_simulated_nvml, uninstall_simulated_nvml
 from agent.sim.libnvml import SimNvmlLib
+from agent.sim.proctree import ProcTree
 from agent.sysfs.infiniband import IbPorts, read_ib_ports
 
 
@@ -33,14 +38,32 @@ class SimulatedNode:
         self.sim = sim
         self.ib = ib
         self._ports = IbPorts(ib.root) if keep_files_open else None
+        self.proc: ProcTree | None = None
         with lib.node(sim):
             self.source = NvmlGpuSource()
+
+    def enable_attribution(self, proc_root: str, *, pods_url: str | None = None) -> None:
+        """Attribute each GPU's processes (agent.workload) through a simulated /proc tree at
+        `proc_root`, kept in step with the processes at every read; Kubernetes pods are named
+        from `pods_url` (a PodList), Slurm jobs from their processes' environ."""
+        from agent.workload import open_attribution
+
+        self.proc = ProcTree(proc_root)
+        self.proc.sync(self.sim.processes)
+        self.source.attribution = open_attribution(proc_root=proc_root, node=self.name, kubernetes="auto" if pods_url else "off",
+                                                   pods_url=pods_url, env={})
+
+    @property
+    def attribution(self):
+        return self.source.attribution
 
     @property
     def name(self) -> str:
         return self.sim.name
 
     def read(self, ts: float) -> list[GpuSample]:
+        if self.proc is not None:
+            self.proc.sync(self.sim.processes)
         with self.lib.node(self.sim, at=ts):
             return self.source.read(ts)
 
@@ -70,6 +93,8 @@ class SimulatedNode:
             self._ports.close()
         self.ib.close()
         shutil.rmtree(self.ib.root, ignore_errors=True)
+        if self.proc is not None:
+            self.proc.remove()
 
 
 class SimFleet:
@@ -80,8 +105,10 @@ class SimFleet:
 
     def add_node(
         self, name: str, *, model: str = "h100", gpus: int = 8, nics: int = 8, faults: list[str] = (), workload: str = "busy", seed: int = 0,
-        keep_files_open: bool = False,
+        keep_files_open: bool = False, attribution: bool = False, pods_url: str | None = None,
     ) -> SimulatedNode:
+        """attribution: attribute the processes the node's GPUs run (node.sim.run_slurm_job ...)
+        through a simulated /proc tree in a temporary directory (see SimulatedNode.enable_attribution)."""
         # tmpfs when there is one: the IB simulator rewrites its counter files every sample.
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         ib = SimIbTree(tempfile.mkdtemp(prefix=f"laggard-sim-ib-{name}-", dir=shm), devices=nics, seed=f"{name}/{seed}",
@@ -91,6 +118,8 @@ class SimFleet:
             node = SimulatedNode(self.lib, sim, ib, keep_files_open=keep_files_open)
             for spec in faults:
                 node.inject(spec)
+            if attribution:
+                node.enable_attribution(tempfile.mkdtemp(prefix=f"laggard-sim-proc-{name}-", dir=shm), pods_url=pods_url)
         except BaseException:
             ib.close()
             shutil.rmtree(ib.root, ignore_errors=True)

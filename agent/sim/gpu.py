@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from agent.sim.faults import FAULT_KINDS, IDLE, SW_POWER_CAP, Fault, FaultSpec, parse_fault_spec
 from agent.sim.models import GB, GpuModel, get_model, power_and_clock
+from agent.sim.proctree import SimProcess, k8s_process, slurm_process
 
 WORKLOADS = ("idle", "busy")
 
@@ -119,6 +120,8 @@ class SimGpu:
         self.uuid = f"GPU-{uuidlib.UUID(int=rng.getrandbits(128), version=4)}"
         self.pci_bus_id = _bus_id(index)
         self.workload: str | None = None  # None: the node's
+        # What NVML lists as running on it (SimNode.run_slurm_job / run_pod); none by default.
+        self.processes: list[SimProcess] = []
         self.faults: dict[str, Fault] = {}
         # Test hook: NVML function name -> nvmlReturn_t this GPU answers for it.
         self.call_errors: dict[str, int] = {}
@@ -344,6 +347,7 @@ class SimNode:
         # A collective moves every GPU of the node at about the same rate.
         self.nvlink_share = rng.uniform(0.25, 0.40)
         self.gpus = [SimGpu(self, i, self.model, random.Random(f"{name}/{seed}/gpu{i}")) for i in range(gpus)]
+        self._pids = itertools.count(4000, 7)  # this node's PID namespace
         for spec in faults or ():
             self.apply(spec)
 
@@ -373,6 +377,37 @@ class SimNode:
                     self.gpus[i].workload = workload
             for gpu in self.gpus:
                 gpu._refresh()
+
+    # -- processes (what NVML lists, what the node's simulated /proc shows) -----------------
+    def run_slurm_job(self, job_id: int | str, name: str | None = None, *, gpus: list[int] | None = None, user: str = "sim",
+                      step: int | str = 0, first_task: int = 0) -> list[SimProcess]:
+        """Start one rank of a Slurm job step on each of `gpus` (None: all), replacing what ran
+        there; task numbers count up from `first_task` (a job spanning nodes numbers on)."""
+        return self._run(gpus, lambda i, pid: slurm_process(pid, job_id, name=name, user=user, step=step, task=first_task + i))
+
+    def run_pod(self, pod_uid: str, container_id: str, *, gpus: list[int] | None = None) -> list[SimProcess]:
+        """Start one process of a pod's container on each of `gpus` (None: all)."""
+        return self._run(gpus, lambda i, pid: k8s_process(pid, pod_uid, container_id))
+
+    def stop_processes(self, gpus: list[int] | None = None) -> None:
+        with self.lock:
+            for i in range(len(self.gpus)) if gpus is None else gpus:
+                self.gpus[i].processes = []
+
+    @property
+    def processes(self) -> list[SimProcess]:
+        """Every process on this node's GPUs (one entry per PID)."""
+        with self.lock:
+            return list({p.pid: p for gpu in self.gpus for p in gpu.processes}.values())
+
+    def _run(self, gpus: list[int] | None, make: Callable[[int, int], SimProcess]) -> list[SimProcess]:
+        with self.lock:
+            started = []
+            for n, i in enumerate(range(len(self.gpus)) if gpus is None else gpus):
+                proc = make(n, next(self._pids))
+                self.gpus[i].processes = [proc]
+                started.append(proc)
+            return started
 
     def inject(self, gpu: int | None, name: str, arg: float | None = None) -> None:
         """Inject fault `name` on GPU `gpu` (None: all GPUs)."""

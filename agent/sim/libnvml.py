@@ -5,6 +5,7 @@ that with real ctypes function pointers (CFUNCTYPE, C signatures of nvml.h: nvml
 result, outputs written through the pointer arguments), so pynvml's own marshalling, struct
 decoding and error-code -> exception mapping run unchanged on top of it.
 
+- The running-process lists answer each SimGpu's `processes` (agent/sim/processes.py).
 - A function not implemented here is absent, so pynvml raises FUNCTION_NOT_FOUND exactly as
   with an older driver; `omit=` removes implemented ones to mimic such a driver.
 - A function the simulated GPU model lacks answers NVML_ERROR_NOT_SUPPORTED.
@@ -30,6 +31,7 @@ import pynvml as N
 
 from agent.nvml.session import FieldValueView
 from agent.sim.gpu import SimGpu, SimNode, gpu_by_handle
+from agent.sim.processes import PROCESS_LISTS, VERSIONS, answer_processes
 
 log = logging.getLogger(__name__)
 
@@ -625,6 +627,27 @@ def _nvmlDeviceGetRemappedRows(lib: SimNvmlLib, handle: int, corr: Any, unc: Any
     _put(unc, gpu.counters.remap_uncorrectable)
     _put(pending, int(gpu.remap_pending))
     _put(failure, int(gpu.remap_failure))
+
+
+# --- running processes ----------------------------------------------------------------------
+
+
+def _process_list(kind: str) -> Callable[..., Any]:
+    def impl(lib: SimNvmlLib, handle: int, count: Any, infos: int | None) -> int:
+        gpu = lib._device(handle)
+        if kind != "compute":  # a training node: nothing graphics, no MPS server
+            return answer_processes((), count, infos)
+        procs = gpu.processes
+        # A process of unset memory holds its share of what the GPU has in use.
+        share = gpu.state.mem_used_bytes // max(1, sum(1 for p in procs if p.used_bytes is None))
+        return answer_processes([(p.pid, share if p.used_bytes is None else p.used_bytes) for p in procs], count, infos)
+
+    return impl
+
+
+for _kind, _base in PROCESS_LISTS.items():
+    for _version in VERSIONS:
+        _API[_base + _version] = (c_int, (_DEV, POINTER(c_uint), c_void_p), _process_list(_kind))
 
 
 # --- events -------------------------------------------------------------------------------

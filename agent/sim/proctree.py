@@ -4,12 +4,17 @@ laid out as the kernel shows them, for tests and bench/attribution.py.
 The cgroup helpers write what a node really shows for each case: Kubernetes with the systemd
 or cgroupfs driver (cgroup v2 one line, v1 one line per controller), Slurm's cgroup plugin
 (v2 under slurmstepd.scope, v1 under slurm/uid_<uid>), a plain Docker container.
+
+The simulator runs `SimProcess`es on its GPUs (SimGpu.processes, listed by the simulated NVML)
+and a simulated node keeps a `ProcTree` of them, so attribution runs on simulated nodes too.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _V1_CONTROLLERS = ("cpuset", "cpu,cpuacct", "memory", "devices", "freezer", "pids")
@@ -51,3 +56,56 @@ def slurm_path(job: int | str, step: int | str, *, version: int = 2, uid: int = 
     if version == 2:
         return f"/system.slice/slurmstepd.scope/job_{job}/step_{step}/user/task_{task}"
     return f"/slurm/uid_{uid}/job_{job}/step_{step}/task_{task}"
+
+
+# -- the processes a simulated node runs on its GPUs --------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SimProcess:
+    """One process on a simulated GPU: what NVML lists (pid, GPU memory; None: the GPU's used
+    memory shared among its processes) and what /proc shows of it."""
+
+    pid: int
+    cgroup: str
+    comm: str = "python3"
+    environ: Mapping[str, str] = field(default_factory=dict)
+    used_bytes: int | None = None
+
+
+def slurm_process(pid: int, job_id: int | str, *, name: str | None = None, user: str = "sim", step: int | str = 0,
+                  task: int = 0, comm: str = "python3") -> SimProcess:
+    """A rank of a Slurm job step, under slurmstepd's cgroup v2 tree, its SLURM_* variables set
+    (so the job is named without scontrol)."""
+    env = {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_USER": user, "SLURM_STEP_ID": str(step), "SLURM_PROCID": str(task)}
+    if name:
+        env["SLURM_JOB_NAME"] = name
+    return SimProcess(pid, v2(slurm_path(job_id, step, task=task)), comm, env)
+
+
+def k8s_process(pid: int, pod_uid: str, container_id: str, *, comm: str = "python3", qos: str = "burstable") -> SimProcess:
+    """A process in a pod's container (systemd driver, containerd, cgroup v2)."""
+    return SimProcess(pid, v2(k8s_path(pod_uid, container_id, qos=qos)), comm)
+
+
+class ProcTree:
+    """A simulated /proc under `root`: `sync(processes)` writes the new ones and removes those
+    gone, so the tree holds exactly the processes the simulated GPUs run."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._written: dict[int, SimProcess] = {}
+
+    def sync(self, processes: Iterable[SimProcess]) -> None:
+        wanted = {p.pid: p for p in processes}
+        for pid in set(self._written) - set(wanted):
+            shutil.rmtree(self.root / str(pid), ignore_errors=True)
+            del self._written[pid]
+        for pid, proc in wanted.items():
+            if self._written.get(pid) != proc:
+                write_process(self.root, pid, cgroup=proc.cgroup, comm=proc.comm, environ=proc.environ)
+                self._written[pid] = proc
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self._written.clear()

@@ -2,27 +2,25 @@
 
 Each function is a real ctypes function pointer with nvml.h's signature
 (nvmlReturn_t f(nvmlDevice_t, unsigned int *count, nvmlProcessInfo_t *infos)), answering as the
-driver does: the size query with INSUFFICIENT_SIZE and the count, then the filled array; so
-pynvml's own two-call protocol and struct decoding run unchanged. Installed with
+driver does (agent.sim.processes, which the simulated GPUs' library answers with too), with
+per-handle lists and errors set by the test. Installed with
 agent.sim.install.install_simulated_nvml (the same seam as the simulated GPUs)."""
 
 from __future__ import annotations
 
-import ctypes
 from ctypes import CFUNCTYPE, POINTER, c_int, c_uint, c_void_p
 
 import pynvml as N
 
-KINDS = {"compute": "nvmlDeviceGetComputeRunningProcesses", "graphics": "nvmlDeviceGetGraphicsRunningProcesses",
-         "mps": "nvmlDeviceGetMPSComputeRunningProcesses"}
-NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
+from agent.sim.processes import PROCESS_LISTS as KINDS
+from agent.sim.processes import VERSIONS, answer_processes
 
 
 class ProcLib:
     """procs[(handle, kind)] = [(pid, used bytes or None)]; errors[(handle, kind)] = nvmlReturn_t;
     `versions`: which of _v3/_v2 exist (an older driver lacks _v3)."""
 
-    def __init__(self, versions: tuple[str, ...] = ("_v3", "_v2")) -> None:
+    def __init__(self, versions: tuple[str, ...] = VERSIONS) -> None:
         self.procs: dict[tuple[int, str], list[tuple[int, int | None]]] = {}
         self.errors: dict[tuple[int, str], int] = {}
         self.calls: list[str] = []
@@ -51,18 +49,4 @@ class ProcLib:
         err = self.errors.get((handle, kind))
         if err is not None:
             return err
-        procs = self.procs.get((handle, kind), [])
-        if not infos:
-            count[0] = len(procs)
-            return N.NVML_SUCCESS if not procs else N.NVML_ERROR_INSUFFICIENT_SIZE
-        if count[0] < len(procs):
-            count[0] = len(procs)
-            return N.NVML_ERROR_INSUFFICIENT_SIZE
-        array = ctypes.cast(infos, POINTER(N.c_nvmlProcessInfo_v2_t))
-        for i, (pid, used) in enumerate(procs):
-            array[i].pid = pid
-            array[i].usedGpuMemory = NOT_AVAILABLE if used is None else used
-            array[i].gpuInstanceId = 0xFFFFFFFF
-            array[i].computeInstanceId = 0xFFFFFFFF
-        count[0] = len(procs)
-        return N.NVML_SUCCESS
+        return answer_processes(self.procs.get((handle, kind), []), count, infos)

@@ -124,7 +124,7 @@ def test_flags():
     env = {"LAGGARD_PROC_ROOT": "/hp", "LAGGARD_ATTRIBUTION": "OFF", "LAGGARD_PODS_URL": "http://y", "LAGGARD_SCONTROL": "/s"}
     cfg = parse_config([], env)
     assert (cfg.proc_root, cfg.attribution, cfg.pods_url, cfg.scontrol) == ("/hp", "off", "http://y", "/s")
-    assert parse_config(["--simulate", "H100:2"], {}).attribution == "off"
+    assert parse_config(["--simulate", "H100:2"], {}).attribution == "auto"  # simulated processes (test_sim_processes.py)
 
 
 def test_a_bad_attribution_setting_is_a_usage_error(capsys):

@@ -45,6 +45,20 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
         assert detail["gpus"][0]["latest"]["clocks_event_reasons"] & (0x20 | 0x40) == 0
         assert len(detail["nics"]) == 8 and detail["nics"][0]["latest"]["state"] == "ACTIVE"
         assert (tmp_path / "laggard-demo.db").exists()
+        # Two Slurm jobs and an idle node, attributed by each agent from its simulated /proc
+        # (no `job` label): nodes 0-1 run one job, node 2 the other, node 3 nothing.
+        jobs = {}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            jobs = {n: [g["workload"] for g in httpx.get(f"{url}/api/v1/nodes/gpu-node-{n:03d}", timeout=5).json()["gpus"]]
+                    for n in range(4)}
+            if all(w is not None for ws in jobs.values() for w in ws):
+                break
+            time.sleep(0.5)
+        for n, (job_id, name) in {0: ("4101", "llm-pretrain"), 1: ("4101", "llm-pretrain"), 2: ("4102", "llm-finetune")}.items():
+            assert {(w["kind"], w["slurm_job_id"], w["job"], w["user"]) for w in jobs[n]} == {("slurm", job_id, name, "demo")}, jobs[n]
+        assert [w["kind"] for w in jobs[3]] == [None] * 8
+        assert all(n["labels"].get("job") is None for n in httpx.get(f"{url}/api/v1/nodes", timeout=5).json()["nodes"])
         # The detector finds the injected fault, and nothing else.
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -53,6 +67,8 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
                 break
             time.sleep(0.5)
         assert [(s["node"], s["gpu"], s["cause"]) for s in found] == [("gpu-node-002", 5, "thermal")]
+        # Judged among its job's GPUs, and named by it.
+        assert found[0]["summary"].startswith("Slurm job 4102 (llm-finetune): "), found[0]["summary"]
         time.sleep(2.5)  # at least one progress line
     finally:
         proc.terminate()
@@ -60,6 +76,8 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
     assert "laggard demo" in out.lower() or "Laggard demo" in out
     assert re.search(r"nodes reporting 4/4", out), out[-2000:]
     assert "straggler #1 gpu-node-002 GPU 5: thermal" in out
+    assert ("jobs: llm-pretrain (Slurm job 4101) on gpu-node-000 .. gpu-node-001; "
+            "llm-finetune (Slurm job 4102) on gpu-node-002; idle: gpu-node-003") in out
     assert "Traceback" not in out, out[-3000:]
     assert proc.returncode == 0 and "stopped." in out
     # The database stays for a look afterwards; the locks' side files go with the collector (issue #16).
