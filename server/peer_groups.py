@@ -45,6 +45,16 @@ def _scope(labels: Mapping[str, str]) -> str:
     return labels.get("job") or labels.get("partition") or "*"
 
 
+def workload_job(kind: str | None, *, job: str | None, pod: str | None, slurm_job_id: str | None) -> str | None:
+    """The job's name as its users know it, for filtering (`?job=`): a Kubernetes job (else the
+    pod), a Slurm job's name (else its id); None where workload_key is None."""
+    if kind == "k8s":
+        return job or pod
+    if kind == "slurm" and slurm_job_id:
+        return job or slurm_job_id
+    return None
+
+
 def workload_label(kind: str | None, *, namespace: str | None, job: str | None, pod: str | None, slurm_job_id: str | None) -> str | None:
     """The workload as a person names it in an episode's summary: "job llm-a, pod llm-a-3",
     "pod notebook-7", "Slurm job 4242 (llm-b)"; None where workload_key is None."""

@@ -22,8 +22,9 @@ def active(
     node: str | None = None,
     cause: Cause | None = None,
     severity: Literal["warning", "critical"] | None = None,
+    job: str | None = Query(None, description="the job the GPU was attributed to: a Kubernetes job (else pod) or a Slurm job name"),
 ) -> dict[str, Any]:
-    return {"stragglers": episodes.active_episodes(conn, cluster=cluster, node=node, cause=cause, severity=severity)}
+    return {"stragglers": episodes.active_episodes(conn, cluster=cluster, node=node, cause=cause, severity=severity, job=job)}
 
 
 @router.get("/history", summary="Every episode that overlaps a range of sample time", responses={422: {}})
@@ -32,7 +33,8 @@ def history(
     since: float = Query(..., allow_inf_nan=False, description="epoch seconds (sample time)"),
     until: float = Query(..., allow_inf_nan=False, description="epoch seconds (sample time)"),
     cluster: str | None = None,
+    job: str | None = Query(None, description="the job the GPU was attributed to: a Kubernetes job (else pod) or a Slurm job name"),
 ) -> dict[str, Any]:
     if since > until:
         raise ApiError(422, "since is after until", loc=["query", "since"], type="bad_range")
-    return {"stragglers": episodes.episodes_between(conn, since=since, until=until, cluster=cluster)}
+    return {"stragglers": episodes.episodes_between(conn, since=since, until=until, cluster=cluster, job=job)}

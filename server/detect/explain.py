@@ -28,6 +28,8 @@ def explain(finding: Finding, window: Window, peers: PeerStats | NicPeerStats | 
     if workload:
         # Whose job it slows, first: alerts, hints and drain reasons quote the summary.
         evidence["workload"] = workload
+        if getattr(obs, "job", None):
+            evidence["job"] = obs.job
         return replace(finding, evidence=evidence, summary=f"{workload}: {finding.summary}")
     return replace(finding, evidence=evidence)
 

@@ -75,6 +75,7 @@ class GpuObs(msgspec.Struct, gc=False):
     remapped_rows_pending: bool | None = None
     xids: tuple[int, ...] = ()
     workload: str | None = None  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
+    job: str | None = None  # that workload's job name ("llm-a"), for filtering
     # Derived from counter deltas (per second), None when not computable.
     nvlink_bps: float | None = None  # tx + rx bytes/s
     nvlink_crc_per_s: float | None = None

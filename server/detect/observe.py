@@ -47,7 +47,7 @@ def gpu_obs(row: Mapping[str, Any], prev: Mapping[str, Any] | None, *, group: st
         reasons=row["clocks_event_reasons"], pcie_gen=row["pcie_gen"], pcie_gen_max=row["pcie_gen_max"], pcie_width=row["pcie_width"],
         pcie_width_max=row["pcie_width_max"], nvlink_links_up=row["nvlink_links_up"], nvlink_links_total=row["nvlink_links_total"],
         ecc_uncorrected_total=row["ecc_uncorrected_total"], remapped_rows_pending=row["remapped_rows_pending"], xids=xids,
-        workload=row.get("workload_label"),
+        workload=row.get("workload_label"), job=row.get("workload_job"),
         nvlink_bps=None if tx is None or rx is None or dt <= 0 else (tx + rx) / dt,
         nvlink_crc_per_s=_per_s(crc, dt), nvlink_replay_per_s=_per_s(replay, dt), nvlink_recovery_per_s=_per_s(recovery, dt),
         pcie_replay_per_s=_per_s(pcie, dt), ecc_uncorrected_new=ecc,

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, func, select
 
 from server.detect.engine import NodeInstant
 from server.detect.observe import GPU_READINGS
-from server.peer_groups import workload_key, workload_label
+from server.peer_groups import workload_job, workload_key, workload_label
 from server.protocol import NIC_METRICS
 from server.store import schema
 
@@ -165,12 +165,12 @@ def _attach_workload(values: dict[str, Any], changes: tuple[list[float], list] |
     if changes:
         at = bisect.bisect_right(changes[0], values["ts"]) - 1
         if at >= 0:
-            values["workload"], values["workload_label"] = changes[1][at]
+            values["workload"], values["workload_label"], values["workload_job"] = changes[1][at]
 
 
-def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[str, tuple[list[float], list[tuple[str | None, str | None]]]]:
+def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[str, tuple[list[float], list[tuple]]]:
     """Per GPU (uuid) of these nodes, the workload changes in effect over [lo, hi] (the last at or
-    before lo, and those after it): their times and (workload_key, workload_label), in time order
+    before lo, and those after it): their times and (workload_key, workload_label, workload_job), in time order
     (issue #15)."""
     cols = (GpuT.c.uuid, WorkloadT.c.ts, WorkloadT.c.kind, WorkloadT.c.namespace, WorkloadT.c.job, WorkloadT.c.pod, WorkloadT.c.slurm_job_id)
     last = (select(WorkloadT.c.gpu_id, func.max(WorkloadT.c.ts).label("ts")).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
@@ -179,10 +179,11 @@ def _workloads(conn: Connection, ids: list[int], lo: float, hi: float) -> dict[s
                           .join(last, and_(last.c.gpu_id == WorkloadT.c.gpu_id, last.c.ts == WorkloadT.c.ts))),
             *conn.execute(select(*cols).join(GpuT, GpuT.c.id == WorkloadT.c.gpu_id)
                           .where(GpuT.c.node_id.in_(ids), WorkloadT.c.ts > lo, WorkloadT.c.ts <= hi))]
-    out: dict[str, tuple[list[float], list[tuple[str | None, str | None]]]] = {}
+    out: dict[str, tuple[list[float], list[tuple]]] = {}
     for uuid, ts, kind, namespace, job, pod, slurm_job_id in sorted(rows, key=lambda r: r[1]):
         times, keys = out.setdefault(uuid, ([], []))
         times.append(ts)
         names = dict(namespace=namespace, job=job, pod=pod, slurm_job_id=slurm_job_id)
-        keys.append((workload_key(kind, **names), workload_label(kind, **names)))
+        keys.append((workload_key(kind, **names), workload_label(kind, **names),
+                     workload_job(kind, job=job, pod=pod, slurm_job_id=slurm_job_id)))
     return out

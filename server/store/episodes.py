@@ -30,20 +30,28 @@ def resolve_episode(conn: Connection, *, episode_id: int, resolved_at: float) ->
 
 
 def active_episodes(conn: Connection, *, cluster: str | None = None, node: str | None = None, cause: str | None = None,
-                    severity: str | None = None) -> list[dict[str, Any]]:
+                    severity: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
     stmt = select(EpisodeT).where(EpisodeT.c.resolved_at.is_(None))
     for column, value in (("cluster", cluster), ("node", node), ("cause", cause), ("severity", severity)):
         if value is not None:
             stmt = stmt.where(EpisodeT.c[column] == value)
-    return _rows(conn, stmt.order_by(EpisodeT.c.detected_at, EpisodeT.c.id))
+    return _of_job(_rows(conn, stmt.order_by(EpisodeT.c.detected_at, EpisodeT.c.id)), job)
 
 
-def episodes_between(conn: Connection, *, since: float, until: float, cluster: str | None = None) -> list[dict[str, Any]]:
+def episodes_between(conn: Connection, *, since: float, until: float, cluster: str | None = None,
+                     job: str | None = None) -> list[dict[str, Any]]:
     """Every episode that overlaps [since, until] in sample time."""
     stmt = select(EpisodeT).where(EpisodeT.c.onset <= until, or_(EpisodeT.c.resolved_at.is_(None), EpisodeT.c.resolved_at >= since))
     if cluster is not None:
         stmt = stmt.where(EpisodeT.c.cluster == cluster)
-    return _rows(conn, stmt.order_by(EpisodeT.c.onset, EpisodeT.c.id))
+    return _of_job(_rows(conn, stmt.order_by(EpisodeT.c.onset, EpisodeT.c.id)), job)
+
+
+def _of_job(rows: list[dict[str, Any]], job: str | None) -> list[dict[str, Any]]:
+    """The episodes of one job (evidence.job: the attributed workload's job, issue #15)."""
+    if job is None:
+        return rows
+    return [r for r in rows if isinstance(r["evidence"], dict) and r["evidence"].get("job") == job]
 
 
 def resolved_before(conn: Connection, *, before: float, causes: tuple[str, ...], cluster: str | None = None) -> list[dict[str, Any]]:

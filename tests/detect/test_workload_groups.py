@@ -17,6 +17,7 @@ from server.detect.source import LogCursor, load_instants, take_clusters
 from server.peer_groups import peer_group, workload_key
 from server.serve import start_in_thread
 from server.settings import Settings
+from server.store import episodes
 from server.store.engine import make_engine
 from tests.detect.test_engine import gpu_row
 from tests.server.payloads import batch, encode
@@ -85,7 +86,9 @@ def test_a_slow_gpu_inside_its_own_job_is_still_found_and_named_by_its_job():
     items = _fleet(attributed=True)
     for item in items:
         for row in item.gpu_rows:
-            row["workload_label"] = "job llm-b, pod llm-b-0" if row["workload"] == SERVE else "job llm-a, pod llm-a-3"
+            serving = row["workload"] == SERVE
+            row["workload_label"] = "job llm-b, pod llm-b-0" if serving else "job llm-a, pod llm-a-3"
+            row["workload_job"] = "llm-b" if serving else "llm-a"
         if item.node == "n1" and item.ts >= 100:
             row = item.gpu_rows[2]
             row["sm_clock_mhz"], row["clocks_event_reasons"] = 1400, 0x40  # HW thermal slowdown
@@ -94,6 +97,32 @@ def test_a_slow_gpu_inside_its_own_job_is_still_found_and_named_by_its_job():
     # Whose job it slows comes first, as alerts, hints and drain reasons quote it.
     assert all(c.change.finding.summary.startswith("job llm-a, pod llm-a-3: GPU 2 ") for c in opened), [c.change.finding.summary for c in opened]
     assert all(c.change.finding.evidence["workload"] == "job llm-a, pod llm-a-3" for c in opened)
+    assert all(c.change.finding.evidence["job"] == "llm-a" for c in opened)
+
+
+def test_stragglers_filter_by_job(database_url):
+    settings = Settings(database_url=database_url, detection_enabled=False, retention_interval_s=3600)
+    server = start_in_thread(create_app(settings))
+    engine = make_engine(settings.database_url)
+    try:
+        with engine.begin() as conn:
+            for gpu, job in ((1, "llm-a"), (2, "llm-b"), (3, None)):
+                evidence = {"job": job} if job else {}
+                episodes.open_episode(conn, cluster="c", node="n1", gpu=gpu, uuid=f"GPU-{gpu}", entity=f"gpu:GPU-{gpu}", cause="clock",
+                                      severity="warning", onset=100.0 + gpu, detected_at=101.0 + gpu, evidence=evidence, summary="s")
+
+        def gpus(path: str, **params) -> list[int]:
+            r = httpx.get(f"{server.url}/api/v1/stragglers{path}", params=params, timeout=30)
+            assert r.status_code == 200, r.text
+            return [e["gpu"] for e in r.json()["stragglers"]]
+
+        assert gpus("", job="llm-a") == [1]
+        assert gpus("", job="nobody") == []
+        assert gpus("") == [1, 2, 3]
+        assert gpus("/history", job="llm-b", since=0, until=1000) == [2]
+    finally:
+        server.stop()
+        engine.dispose()
 
 
 def test_stored_workloads_come_back_with_each_sample(database_url):
