@@ -155,8 +155,18 @@ def _episode_model(engine, episode_id: int) -> dict[str, Any] | None:
     group = peer_group(cluster=ep["cluster"], model=target.get("model"), labels=target["labels"]) if target and not nic else None
     return {"episode": ep, "charts": charts, "events": events, "now": now, "labels": (node or {}).get("labels") or {},
             "peer_group": group or (f"{ep['cluster']} ports of the same job/partition" if nic and target else None),
-            "peer_count": len(peers), "workload": evidence.get("workload") if isinstance(evidence.get("workload"), dict) else None,
+            "peer_count": len(peers), "workload": _workload_facts(evidence),
             "no_chart": None if charts else "no samples of this GPU or port are stored for this episode's window"}
+
+
+def _workload_facts(evidence: dict[str, Any]) -> dict[str, Any] | None:
+    """What the detector says the GPU was running (evidence.workload, evidence.job: issue #15)."""
+    workload = evidence.get("workload")
+    if isinstance(workload, dict):
+        return workload
+    if isinstance(workload, str):
+        return {"workload": workload} | ({"attributed job": evidence["job"]} if evidence.get("job") else {})
+    return None
 
 
 def _target_label(ep: dict[str, Any], target: dict[str, Any] | None) -> str:

@@ -61,7 +61,8 @@ def client(app):
         with app.state.engine.begin() as conn:
             ids = [episodes.open_episode(conn, cluster="prod", node="n1", gpu=1, uuid="GPU-prod.n1-0001", entity="gpu:x", cause="thermal",
                                          severity="critical", onset=now - 40, detected_at=now - 39, summary=f"hot {HOSTILE}",
-                                         evidence={"metric": "sm_clock_mhz", "value": 975, "note": HOSTILE}),
+                                         evidence={"metric": "sm_clock_mhz", "value": 975, "note": HOSTILE,
+                                                   "workload": "job llm-a, pod llm-a-worker-3", "job": "llm-a"}),
                    episodes.open_episode(conn, cluster="prod", node=HOSTILE, gpu=None, uuid=None, entity=f"nic:prod/{HOSTILE}/mlx5_0/1",
                                          cause="network", severity="warning", onset=now - 40, detected_at=now - 39, summary="slow port",
                                          evidence={"metric": "rate_gbps", "device": "mlx5_0", "port": 1})]
@@ -83,6 +84,8 @@ def test_every_view_renders_and_escapes_what_agents_sent(client):
     assert "&lt;img src=x onerror=alert(1)&gt;&quot;&amp;" in fleet  # the hostile node is listed, as text
     page = client.get(f"/ui/episodes/{thermal}").text
     assert 'class="gpu-line"' in page and 'class="peer-band"' in page and "prod|NVIDIA H100 80GB HBM3|llm-a" in page
+    # Whose job it slows, as the detector attributed it (issue #15), among the facts.
+    assert "<td>workload</td><td>job llm-a, pod llm-a-worker-3</td>" in page.replace("\n", "")
     port = client.get(f"/ui/episodes/{network}").text
     assert 'class="gpu-line"' in port and "mlx5_0 port 1" in port
     node = client.get("/ui/nodes/n1?cluster=prod").text
