@@ -22,6 +22,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 C = 'cluster="$cluster"'
 N = 'cluster="$cluster", node="$node"'
 G = 'cluster="$cluster", node="$node", gpu="$gpu"'
+J = 'cluster="$cluster", job_name=~"$job"'  # the job attributed to the GPUs (issue #15)
 DN = 'cluster="$cluster", Hostname="$node"'  # dcgm-exporter's node label
 DG = 'cluster="$cluster", Hostname="$node", gpu="$gpu"'
 RI = "$__rate_interval"
@@ -76,6 +77,7 @@ def variables(*names: str) -> dict:
         "cluster": "label_values(laggard_nodes_reporting, cluster)",
         "node": 'label_values(laggard_node_last_seen_timestamp_seconds{cluster="$cluster"}, node)',
         "gpu": 'label_values(laggard_gpu_sm_clock_ratio{cluster="$cluster", node="$node"}, gpu)',
+        "job": 'label_values(laggard_gpu_capacity_ratio{cluster="$cluster"}, job_name)',
     }
     for name in names:
         out.append({"name": name, "label": name.capitalize() if name != "gpu" else "GPU", "type": "query", "datasource": DS,
@@ -131,9 +133,29 @@ def fleet() -> dict:
         series("Node actions", (f"sum by (action) (laggard_node_action{{{C}}})", "{{action}}"),
                desc="Nodes per scheduling action (scheduler hints): ok, rebalance, avoid, drain."),
         series("XID events per hour", (f"sum by (xid) (increase(laggard_gpu_xid_errors_total{{{C}}}[1h]))", "XID {{xid}}"), w=24),
+        *job_view(),
     ]
-    return dashboard("laggard-fleet", "Laggard / Fleet overview", "Stragglers, capacity and health across one cluster.", panels,
-                     ("cluster",))
+    return dashboard("laggard-fleet", "Laggard / Fleet overview", "Stragglers, capacity and health across one cluster; one job's below.",
+                     panels, ("cluster", "job"))
+
+
+def job_view() -> list[dict]:
+    """One job's GPUs, its stragglers and the share of its throughput lost ($job: the job the
+    agents attributed to the GPUs, docs/attribution.md)."""
+    return [
+        stat("Job: GPUs", f"count(laggard_gpu_capacity_ratio{{{J}}})", desc="GPUs the job runs on now."),
+        stat("Job: stragglers now", f"sum(laggard_straggler_active{{{J}}}) or vector(0)", desc="Open episodes on the job's GPUs."),
+        stat("Job: throughput lost", f"1 - avg(laggard_gpu_capacity_ratio{{{J}}})", unit="percentunit",
+             desc="Share of the job's GPU throughput lost to stragglers: the mean over its GPUs of 1 - capacity "
+                  "(GPU-equivalents lost / GPUs)."),
+        stat("Job: lost in lockstep", f"1 - min(laggard_gpu_capacity_ratio{{{J}}})", unit="percentunit",
+             desc="The same if every step waits for the slowest GPU (synchronous data parallel): 1 - its lowest capacity."),
+        panel("table", "Job: stragglers now", [target(f"laggard_straggler_active{{{J}}} > 0", instant=True, fmt="table")], w=24, h=6,
+              options={"showHeader": True, "sortBy": [{"displayName": "severity"}]}),
+        series("Job: throughput lost", (f"1 - avg(laggard_gpu_capacity_ratio{{{J}}})", "mean"),
+               (f"1 - min(laggard_gpu_capacity_ratio{{{J}}})", "lockstep"), unit="percentunit", min_=0),
+        series("Job: SM clock ratio of its GPUs", (f"laggard_gpu_sm_clock_ratio{{{J}}}", "{{node}} / {{gpu}}"), unit="percentunit"),
+    ]
 
 
 def straggler() -> dict:

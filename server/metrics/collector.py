@@ -28,7 +28,7 @@ from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
 from server.metrics.settings import MetricsSettings
-from server.peer_groups import is_busy, peer_group
+from server.peer_groups import is_busy, peer_group, workload_job
 from server.store import counters, schema
 from server.store.detector_state import backlog as backlog_of
 from server.store.detector_state import bucket, holder_names
@@ -37,8 +37,11 @@ log = logging.getLogger(__name__)
 
 GpuSampleT, NicSampleT = schema.GpuSample.__table__, schema.NicSample.__table__
 NodeT, EpisodeT = schema.Node.__table__, schema.Episode.__table__
-GPU_LABELS = ("cluster", "node", "gpu", "uuid")
+GPU_LABELS = ("cluster", "node", "gpu", "uuid", "job_name")
+# job_name: the attributed job (issue #15), "" (no label) where none. Not `job`: that is the scrape
+# job's label, which honor_labels would let this overwrite. kube-state-metrics names a Job `job_name`.
 _NO_POD = (None, None, None)  # namespace, pod, container of a GPU no Kubernetes pod is attributed to
+_NO_WORKLOAD = (_NO_POD, "")  # (namespace, pod, container), job of a GPU nothing is attributed to
 XID_LAST_HORIZON_S = 3600.0  # laggard_gpu_xid_last_timestamp_seconds: XIDs this recent
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
@@ -124,7 +127,7 @@ class LaggardCollector:
         out.append(build)
         out += self._node_families(state, now)
         out += self._gpu_families(state)
-        out.append(_xid_last_family(state["xid_last"]))
+        out.append(_xid_last_family(state["xid_last"], state["workloads"]))
         out += nic_families(state["nic_items"])
         out += self._episode_families(state)
         out += self._counter_families(state["counters"])
@@ -150,15 +153,22 @@ class LaggardCollector:
         active = [dict(r) for r in conn.execute(select(
             EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
         ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
-        pods = {r[0]: r[1:] for r in conn.execute(text(
-            "SELECT w.gpu_id, w.namespace, w.pod, w.container FROM gpu_workloads w JOIN (SELECT gpu_id, max(ts) AS ts "
-            "FROM gpu_workloads GROUP BY gpu_id) m ON m.gpu_id = w.gpu_id AND m.ts = w.ts WHERE w.kind = 'k8s'")).all()}
+        # Each GPU's latest workload (gpu_workloads holds changes): the pod's labels for the DCGM
+        # series, the job's name (as the API's ?job= filter names it) for Laggard's own.
+        workloads = {}
+        for gpu_id, kind, namespace, pod, container, job, slurm_job_id in conn.execute(text(
+                "SELECT w.gpu_id, w.kind, w.namespace, w.pod, w.container, w.job, w.slurm_job_id FROM gpu_workloads w "
+                "JOIN (SELECT gpu_id, max(ts) AS ts FROM gpu_workloads GROUP BY gpu_id) m ON m.gpu_id = w.gpu_id AND m.ts = w.ts")):
+            job_name = workload_job(kind, job=job, pod=pod, slurm_job_id=slurm_job_id) or ""
+            pod_labels = (namespace, pod, container) if kind == "k8s" else _NO_POD
+            if job_name or pod_labels != _NO_POD:
+                workloads[gpu_id] = (pod_labels, job_name)
         last_xid = dict(conn.execute(text(
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
         xid_last = conn.execute(text(
-            'SELECT n.cluster, n.name, g."index", g.uuid, x.xid, max(x.ts) FROM xid_events x JOIN gpus g ON g.id = x.gpu_id '
-            "JOIN nodes n ON n.id = g.node_id WHERE x.ts >= :since GROUP BY n.cluster, n.name, g.\"index\", g.uuid, x.xid"),
+            'SELECT n.cluster, n.name, g."index", g.uuid, x.xid, max(x.ts), g.id FROM xid_events x JOIN gpus g ON g.id = x.gpu_id '
+            "JOIN nodes n ON n.id = g.node_id WHERE x.ts >= :since GROUP BY n.cluster, n.name, g.\"index\", g.uuid, x.xid, g.id"),
             {"since": now - XID_LAST_HORIZON_S}).all()
         progress = dict(conn.execute(text("SELECT key, value FROM detector_progress")).all())
         backlog = backlog_of(conn, progress)
@@ -167,7 +177,7 @@ class LaggardCollector:
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "xid_last": xid_last,
-            "pods": pods,
+            "workloads": workloads,
             "progress": progress,
             "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(),
         }
@@ -265,7 +275,7 @@ class LaggardCollector:
         cache = self._labels
         fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         group_of = _PeerGroupMembers(nodes, groups)
-        pods = state["pods"]
+        workloads = state["workloads"]
         for row in state["gpus"]:
             node = nodes.get(row[1])
             if node is None:
@@ -276,10 +286,10 @@ class LaggardCollector:
             m = dict(zip(_GPU_COLUMNS, row[6:]))
             # The same label tuples from scrape to scrape: the renderer then finds its cached
             # line heads by identity (agent/exposition.py Renderer).
-            pod = pods.get(row[0], _NO_POD)
-            ident = (row[0], cluster, hostname, index, uuid, model, pci_bus_id, driver, pod)
+            pod, job = workloads.get(row[0], _NO_WORKLOAD)
+            ident = (row[0], cluster, hostname, index, uuid, model, pci_bus_id, driver, pod, job)
             pair = fresh[ident] = cache.get(ident) or (
-                (cluster, hostname, gpu, uuid),
+                (cluster, hostname, gpu, uuid, job),
                 # As if the node's own exporter served them: instance = the node, and the pod using
                 # the GPU (FLEET_DCGM_LABELS).
                 (*dcgm_labels(index=index, uuid=uuid, model=model, hostname=hostname, cluster=cluster, pci_bus_id=pci_bus_id,
@@ -332,10 +342,14 @@ class LaggardCollector:
     def _episode_families(self, state: dict[str, Any]) -> list[Family]:
         active = Family("laggard_straggler_active", "gauge",
                         "Open straggler episodes (1 per GPU and cause; a node-level cause such as an IB port counts its open episodes, "
-                        "gpu empty).", ("cluster", "node", "gpu", "cause", "severity"))
+                        "gpu empty; job: the job attributed to the GPU when the episode opened, else empty).",
+                        ("cluster", "node", "gpu", "cause", "severity", "job_name"))
         counts: dict[tuple[str, ...], int] = defaultdict(int)
         for ep in state["active"]:
-            counts[(ep["cluster"], ep["node"], "" if ep["gpu"] is None else str(ep["gpu"]), ep["cause"], ep["severity"])] += 1
+            evidence = ep["evidence"] if isinstance(ep["evidence"], dict) else {}
+            job = evidence.get("job")
+            counts[(ep["cluster"], ep["node"], "" if ep["gpu"] is None else str(ep["gpu"]), ep["cause"], ep["severity"],
+                    job if isinstance(job, str) else "")] += 1
         for labels, n in sorted(counts.items()):
             active.add(labels, n)
         return [active]
@@ -438,15 +452,15 @@ def _driver_version(agent: Any) -> str | None:
     return driver if isinstance(driver, str) else None
 
 
-def _xid_last_family(rows: list[tuple]) -> Family:
+def _xid_last_family(rows: list[tuple], workloads: dict[int, tuple]) -> Family:
     """When each GPU last reported each XID code. A counter cannot alert on a GPU's first XID: its
     series is born at 1, and increase() over a series' first sample is 0 (issue #16); "the
     last one was less than 10 minutes ago" can."""
     fam = Family("laggard_gpu_xid_last_timestamp_seconds", "gauge",
                  f"Time (epoch seconds) of the GPU's latest XID of this code, for XIDs of the last {XID_LAST_HORIZON_S // 3600:.0f} h.",
                  (*GPU_LABELS, "xid"))
-    for cluster, node, index, uuid, xid, ts in sorted(rows):
-        fam.add((cluster, node, str(index), uuid, str(xid)), ts)
+    for cluster, node, index, uuid, xid, ts, gpu_id in sorted(rows):
+        fam.add((cluster, node, str(index), uuid, workloads.get(gpu_id, _NO_WORKLOAD)[1], str(xid)), ts)
     return fam
 
 

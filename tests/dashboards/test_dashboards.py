@@ -81,7 +81,8 @@ def test_promtool_check_config():
 
 
 class SimulatedFleet:
-    """Four simulated 8-GPU nodes, each running the agent's sampling loop and pusher (1 s)."""
+    """Four simulated 8-GPU nodes, each running the agent's sampling loop and pusher (1 s), and
+    one Slurm job ("llm") over all of them, which the agents attribute (issue #15)."""
 
     FAULTS = {1: ["gpu3:thermal"], 2: ["gpu6:xid=79", "ib2:degraded"]}
 
@@ -94,7 +95,8 @@ class SimulatedFleet:
         self.stop = threading.Event()
         self.agents = []
         for i in range(nodes):
-            node = self.fleet.add_node(f"sim-node-{i}", model="h100", gpus=8, faults=self.FAULTS.get(i, []), seed=i)
+            node = self.fleet.add_node(f"sim-node-{i}", model="h100", gpus=8, faults=self.FAULTS.get(i, []), seed=i, attribution=True)
+            node.sim.run_slurm_job(4242, "llm", first_task=8 * i)
             info = {"version": "test", "driver": node.driver_version(), "cuda": node.cuda_version()}
             pusher = Pusher(url, node=node.name, cluster=CLUSTER, labels={"job": "llm"}, agent_info=info, batch_size=1, max_delay=1).start()
             thread = Runner(node, pusher, interval=1.0, read_nics=node.read_nics, stop=self.stop).start()
@@ -162,7 +164,7 @@ def query(prom: str, expr: str) -> list:
 @pytest.fixture(scope="module")
 def variables(prometheus):
     """Wait for the fleet's straggler to be scraped, with enough history for rate() windows; the
-    template variables are the cluster, and the node and GPU of that straggler."""
+    template variables are the cluster, and the node, GPU and job of that straggler."""
     deadline = time.monotonic() + 90
     found = []
     while time.monotonic() < deadline:
@@ -174,8 +176,8 @@ def variables(prometheus):
         time.sleep(0.5)
     assert found, "no thermal straggler reached Prometheus"
     labels = found[0]["metric"]
-    assert (labels["node"], labels["gpu"]) == ("sim-node-1", "3")
-    return {"cluster": CLUSTER, "node": labels["node"], "gpu": labels["gpu"], "__rate_interval": RATE_INTERVAL}
+    assert (labels["node"], labels["gpu"], labels["job_name"]) == ("sim-node-1", "3", "llm")
+    return {"cluster": CLUSTER, "node": labels["node"], "gpu": labels["gpu"], "job": labels["job_name"], "__rate_interval": RATE_INTERVAL}
 
 
 def substitute(expr: str, values: dict[str, str]) -> str:
@@ -218,7 +220,7 @@ def test_template_variables_offer_the_values_used(prometheus, variables):
             offered = {s[label] for s in r["data"] if label in s}
             assert variables[var["name"]] in offered, (var["name"], offered)
             checked.add(var["name"])
-    assert checked == {"cluster", "node", "gpu"}
+    assert checked == {"cluster", "node", "gpu", "job"}
 
 
 def test_dcgm_dashboards_can_select_a_node(prometheus, variables):

@@ -180,7 +180,9 @@ def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):
     assert {name for name, _ in parsed if name.startswith("DCGM_FI_")} >= {"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK"}
     assert all(set(s) == set(n1_gpu0) and s["instance"] == s["Hostname"] for s in dcgm)
     laggard = [dict(labels) for name, labels in parsed if not name.startswith("DCGM_FI_")]
-    assert laggard and not any("instance" in s or "job" in s for s in laggard)
+    assert laggard and not any("instance" in s for s in laggard)
+    # The scrape's `job` is left alone; job_name only names an attributed job (issue #15): none here.
+    assert not any("job" in s for s in laggard) and all(s.get("job_name", "") == "" for s in laggard)
 
 
 def test_dcgm_series_name_the_pod_using_the_gpu(database_url):
@@ -201,6 +203,44 @@ def test_dcgm_series_name_the_pod_using_the_gpu(database_url):
         labels = {dict(ls)["gpu"]: dict(ls) for name, ls in samples(scraped) if name == "DCGM_FI_DEV_GPU_TEMP"}
         assert (labels["0"]["namespace"], labels["0"]["pod"], labels["0"]["container"]) == ("team-a", "llm-a-worker-3", "trainer")
         assert (labels["1"]["namespace"], labels["1"]["pod"], labels["1"]["container"]) == ("", "", "")
+    finally:
+        server.stop()
+
+
+def test_laggard_series_name_the_attributed_job(database_url):
+    """Issue #15: Laggard's per-GPU series and its open episodes carry `job_name`, the job attributed to
+    the GPU as the API's ?job= names it (a Kubernetes job, else the pod; a Slurm job's name, else
+    its id); empty (no label) for a GPU nothing is attributed to."""
+    from tests.metrics.fleet import body
+
+    slurm = {"kind": "slurm", "job": "llm-b", "slurm_job_id": "4242", "processes": 1, "workloads": 1}
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        for k in range(12):
+            for node in ("n1", "n2"):
+                payload = body(node, t0 + k, t0, hot_gpus=(3,) if node == "n2" and k >= 5 else ())
+                for gpu in payload["samples"][0]["gpus"]:
+                    gpu["workload"] = slurm  # one Slurm job over both nodes but two GPUs of n1
+                if node == "n1":
+                    gpus = payload["samples"][0]["gpus"]
+                    gpus[0]["workload"] = {"kind": "k8s", "job": "llm-a", "namespace": "team-a", "pod": "llm-a-worker-3",
+                                           "container": "trainer", "processes": 1, "workloads": 1}
+                    gpus[1]["workload"] = {"kind": "k8s", "namespace": "team-a", "pod": "notebook-7", "processes": 1, "workloads": 1}
+                    del gpus[2]["workload"]
+                push(server.url, payload)
+        scraped = wait_metric(server.url, "laggard_straggler_active", node="n2")
+        assert values(scraped, "laggard_straggler_active", node="n2", gpu="3", job_name="llm-b") == [1]
+        jobs = {(dict(ls)["node"], dict(ls)["gpu"]): dict(ls).get("job_name") for name, ls in samples(scraped)
+                if name == "laggard_gpu_capacity_ratio"}
+        assert jobs[("n1", "0")] == "llm-a" and jobs[("n1", "1")] == "notebook-7" and jobs[("n1", "2")] == ""
+        assert {jobs[("n1", str(i))] for i in range(3, 8)} == {jobs[("n2", str(i))] for i in range(8)} == {"llm-b"}
+        assert values(scraped, "laggard_gpu_capacity_ratio", node="n2", gpu="3", job_name="llm-b")[0] < 0.8
+        for family in ("laggard_gpu_sm_clock_ratio", "laggard_gpu_lost", "laggard_gpu_nvlink_links_up"):
+            assert values(scraped, family, node="n1", gpu="0", job_name="llm-a"), family
+        # The DCGM series keep dcgm-exporter's labels: the pod, no job_name.
+        dcgm = [dict(ls) for name, ls in samples(scraped) if name == "DCGM_FI_DEV_GPU_TEMP"]
+        assert dcgm and not any("job_name" in s or "job" in s for s in dcgm)
     finally:
         server.stop()
 
