@@ -9,6 +9,13 @@ in a fresh temporary directory, as a real agent does; `--spool-dir ''` measures 
 
     python bench/agent.py --duration 120
 Target: <= 0.5 % of one core and <= 50 MB peak RSS.
+
+Under --simulate the agent attributes each GPU's processes to its workload (agent/workload, one
+Slurm job's ranks in a simulated /proc) unless run with `--attribution off`. `--attribution both`
+runs the agent with it off and on, alternately for --rounds rounds, and reports both and the
+ratio (the cost of attribution, issue #15):
+
+    python bench/agent.py --attribution both --rounds 3 --duration 60
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import gzip
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,25 +95,53 @@ def main() -> int:
     ap.add_argument("--interval", default="1")
     ap.add_argument("--spool-dir", default=None,
                     help="the agent's spool directory (default: a fresh temporary one; '' = no spool, memory queue)")
+    ap.add_argument("--attribution", choices=["auto", "off", "both"], default="auto",
+                    help="the agent's --attribution (auto: on, the default), or both: off and on side by side")
+    ap.add_argument("--rounds", type=int, default=1, help="with --attribution both: off/on pairs, alternated (default 1)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
     args = ap.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="laggard-bench-spool-") as tmp:
-        spool_dir = os.path.join(tmp, "spool") if args.spool_dir is None else args.spool_dir
-        return measure(args, spool_dir)
+    modes = ["off", "auto"] * max(1, args.rounds) if args.attribution == "both" else [args.attribution]
+    results = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="laggard-bench-spool-") as tmp:
+            spool_dir = os.path.join(tmp, "spool") if args.spool_dir is None else args.spool_dir
+            result = measure(args, spool_dir, mode)
+        if result is None:
+            return 1
+        results.append(result)
+    doc: dict = results[0] if len(results) == 1 else {"runs": results, **side_by_side(results)}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0 if all(r["cpu_ok"] and r["rss_ok"] for r in results) else 1
 
 
-def measure(args: argparse.Namespace, spool_dir: str) -> int:
+def side_by_side(results: list[dict]) -> dict:
+    """Attribution off vs on: each one's CPU per run, medians, and the ratio on/off."""
+    cpu = {mode: [r["cpu_pct_one_core"] for r in results if r["attribution"] == mode] for mode in ("off", "auto")}
+    med = {mode: statistics.median(v) for mode, v in cpu.items()}
+    rss = {mode: max(r["peak_rss_mb"] for r in results if r["attribution"] == mode) for mode in ("off", "auto")}
+    ratio = med["auto"] / med["off"] if med["off"] > 0 else None
+    print(f"attribution off: CPU {', '.join(f'{v:.3f}' for v in cpu['off'])} % (median {med['off']:.3f} %), peak RSS {rss['off']:.1f} MB")
+    print(f"attribution on:  CPU {', '.join(f'{v:.3f}' for v in cpu['auto'])} % (median {med['auto']:.3f} %), peak RSS {rss['auto']:.1f} MB")
+    print(f"on/off: {ratio:.2f}, +{med['auto'] - med['off']:.3f} points of one core" if ratio is not None else "on/off: n/a")
+    return {"cpu_pct_off": cpu["off"], "cpu_pct_on": cpu["auto"], "median_off": med["off"], "median_on": med["auto"],
+            "ratio_on_off": None if ratio is None else round(ratio, 3), "peak_rss_mb_off": rss["off"], "peak_rss_mb_on": rss["auto"],
+            "on_ok": med["auto"] <= TARGET_CPU_PCT}
+
+
+def measure(args: argparse.Namespace, spool_dir: str, attribution: str = "auto") -> dict | None:
     sink = Sink()
     cmd = [sys.executable, "-m", "agent.cli", "--simulate", args.simulate, "--interval", args.interval,
-           "--collector", sink.url, "--node", "bench-node", "--spool-dir", spool_dir]
+           "--collector", sink.url, "--node", "bench-node", "--spool-dir", spool_dir, "--attribution", attribution]
     env = dict(os.environ, PYTHONPATH=str(REPO), LAGGARD_LOG_LEVEL="WARNING")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
     try:
         time.sleep(args.warmup)
         if proc.poll() is not None:
             print(f"agent exited early with code {proc.returncode}", file=sys.stderr)
-            return 1
+            return None
         cpu0, t0, samples0 = cpu_seconds(proc.pid), time.monotonic(), sink.samples
         time.sleep(args.duration)
         cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
@@ -123,6 +159,7 @@ def measure(args: argparse.Namespace, spool_dir: str) -> int:
     cpu_pct = 100.0 * (cpu1 - cpu0) / wall
     result = {
         "command": " ".join(cmd[1:]),
+        "attribution": attribution,
         "spool": bool(spool_dir),
         "measured_s": round(wall, 1),
         "startup_cpu_s": round(cpu0, 3),
@@ -136,13 +173,10 @@ def measure(args: argparse.Namespace, spool_dir: str) -> int:
         "rss_ok": hwm_mb <= TARGET_RSS_MB,
     }
     print(f"agent CPU: {cpu_pct:.3f} % of one core over {wall:.0f} s (target <= {TARGET_CPU_PCT} %), "
-          f"{'spool ' + spool_dir if spool_dir else 'no spool'}")
+          f"{'spool ' + spool_dir if spool_dir else 'no spool'}, attribution {'on' if attribution == 'auto' else 'off'}")
     print(f"agent peak RSS: {hwm_mb:.1f} MB (target <= {TARGET_RSS_MB:.0f} MB)")
     print(f"start-up CPU: {cpu0:.2f} s; samples received while measuring: {result['samples_received']}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if result["cpu_ok"] and result["rss_ok"] else 1
+    return result
 
 
 if __name__ == "__main__":
