@@ -24,7 +24,7 @@ from server.detect.settings import DetectionSettings
 from server.metrics.settings import MetricsSettings
 from server.serve import start_in_thread
 from server.settings import Settings
-from tests.metrics.tools import Receiver, free_port, require_binary, wait_http
+from tests.metrics.tools import Receiver, free_port, require_binary, stop_agents, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
@@ -103,11 +103,7 @@ class SimulatedFleet:
             self.agents.append((pusher, thread))
 
     def close(self) -> None:
-        self.stop.set()
-        for pusher, thread in self.agents:
-            thread.join(10)
-            pusher.close(flush_timeout=5)
-        self.fleet.close()
+        stop_agents(self.stop, self.agents, self.fleet)
 
 
 @pytest.fixture(scope="module")

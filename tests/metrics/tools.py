@@ -119,3 +119,13 @@ class Receiver:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def stop_agents(stop: threading.Event, agents: list, fleet) -> None:
+    """Stop simulated agents (their Runner threads and Pushers, flushing what is queued), then
+    their simulated fleet."""
+    stop.set()
+    for pusher, thread in agents:
+        thread.join(10)
+        pusher.close(flush_timeout=5)
+    fleet.close()

@@ -34,6 +34,7 @@ from server.app import create_app
 from server.detect.settings import DetectionSettings
 from server.serve import start_in_thread
 from server.settings import Settings
+from tests.metrics.tools import stop_agents
 
 CLUSTER = "sim"
 NODES = 6
@@ -89,11 +90,7 @@ class Fleet:
             sim.run_slurm_job(job[0], job[1], user="sim", first_task=rank * 8)
 
     def close(self) -> None:
-        self.stop.set()
-        for pusher, thread in self.agents:
-            thread.join(10)
-            pusher.close(flush_timeout=5)
-        self.fleet.close()
+        stop_agents(self.stop, self.agents, self.fleet)
 
 
 def _episodes(url: str, since: float) -> list[dict]:

@@ -18,6 +18,7 @@ from server.detect.settings import DetectionSettings
 from server.serve import start_in_thread
 from server.settings import Settings
 from server.store.engine import make_engine
+from tests.metrics.tools import stop_agents
 
 CLUSTER = "sim"
 FAULTS = {1: ["gpu3:thermal"], 2: ["gpu5:clocks_stuck_low", "gpu1:nvlink_down=4"], 3: ["ib2:degraded"]}
@@ -91,11 +92,7 @@ class UiFleet:
         raise AssertionError(f"the detector did not flag the injected faults within {timeout:.0f} s: {found}")
 
     def close(self) -> None:
-        self.stop.set()
-        for pusher, thread in self.agents:
-            thread.join(10)
-            pusher.close(flush_timeout=5)
-        self.fleet.close()
+        stop_agents(self.stop, self.agents, self.fleet)
         self.server.stop()
         self.engine.dispose()
 
