@@ -146,7 +146,8 @@ def _ingest_writer(settings: Settings, engine) -> IngestWriter | RemoteWriter:
     if settings.ingest_writer_socket and settings.ingest_writer_key:
         return RemoteWriter(settings.ingest_writer_socket, bytes.fromhex(settings.ingest_writer_key.get_secret_value()))
     return IngestWriter(engine, threads=settings.writer_threads, group_max=settings.ingest_group_max_bodies,
-                        gpu_move_after_s=settings.gpu_move_after_s, slice_rows=settings.ingest_slice_rows)
+                        gpu_move_after_s=settings.gpu_move_after_s, slice_rows=settings.ingest_slice_rows,
+                        small_rows=settings.ingest_small_rows, heavy_wait_s=settings.ingest_heavy_wait_s)
 
 
 async def _trim_loop(interval_s: float) -> None:

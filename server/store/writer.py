@@ -13,12 +13,21 @@ writer that finds the turn taken keeps decoding what arrives meanwhile, so that 
 overlaps useful work and its next group commit is larger.
 
 Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py); a batch
-of more than `slice_rows` rows is cut into slices (slices.py) that wait in its lane in its place,
-and a group holds at most about two slices' worth of rows, registering a new node, GPU or port
-counting as 32 rows (_cost_in_rows): the largest batch no longer holds the writer for seconds,
-and another token's push waits for at most a slice of it. A body of
-more than `large_body_bytes` (decompressed) is decoded on a thread of its own, not on the
-writer's (0.3 s for the largest), and joins its lane once decoded."""
+of more than `slice_rows` rows (128) is cut into slices (slices.py) that wait in its lane in its
+place, each its own transaction. A body of more than `large_body_bytes` (decompressed) is
+decoded on a thread of its own, not on the writer's (0.3 s for the largest), and joins its lane
+once decoded.
+
+Small pushes first: a job is heavy if it is a slice, or if it costs more than `small_rows` rows
+(slice_rows by default), registering a new node, GPU or port counting as 32 rows
+(_cost_in_rows). A heavy job is committed alone and only when no light job of another lane
+waits (a lane whose next job is heavy waits while light ones are served; within a lane the
+order is kept), unless heavy jobs have been passed over for `heavy_wait_s` since the last one
+was committed: then one goes first, so that a steady stream of small pushes cannot starve
+them. Light jobs are committed together, up to `group_rows` rows. A small push thus waits for
+at most the one heavy job being written when it arrives: never for a slice of every heavy lane
+in turn, nor for one in its own transaction. `small_rows` 0: no job is heavy, every lane is
+served in turn and slices join groups of up to `group_rows` rows, as before."""
 
 from __future__ import annotations
 
@@ -57,22 +66,32 @@ class _Job:
     batch: UnresolvedBatch | None = None
     prepared: PreparedBatch | None = None  # None: a node, GPU or NIC is new; built in the transaction
     whole: Future | None = None  # a slice's: the request's future, answered once every slice is stored
+    heavy: bool = False  # a slice, or more than small_rows rows: committed alone, after light jobs
+
+
+def _is_heavy(job: _Job) -> bool:
+    return job.heavy
 
 
 class IngestWriter:
     def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, gpu_move_after_s: float = 300.0,
-                 slice_rows: int = 512, large_body_bytes: int = 1 << 20):
+                 slice_rows: int = 128, large_body_bytes: int = 1 << 20, small_rows: int | None = None,
+                 heavy_wait_s: float = 0.2, group_rows: int = 1024):
         self.engine = engine
         self.group_max = group_max
         self.gpu_move_after_s = gpu_move_after_s
         self.slice_rows = slice_rows
         self.large_body_bytes = large_body_bytes
+        self.small_rows = slice_rows if small_rows is None else small_rows
+        self.group_rows = group_rows
+        self.heavy_wait_s = heavy_wait_s
+        self._heavy_since = time.monotonic()  # heavy jobs have waited since then (the last heavy commit)
         self._large = ThreadPoolExecutor(1, thread_name_prefix="ingest-decode-large")
         self.ids = IdCache()
         self._ids_lock = threading.Lock()
         self._rows = SampleWriter(engine.dialect.name)
         self._turn = WriteTurn.for_engine(engine)
-        self._queue = FairQueue()
+        self._queue = FairQueue(heavy=_is_heavy)
         self._threads = [threading.Thread(target=self._run, name=f"ingest-writer-{i}", daemon=True) for i in range(threads)]
         self.committed_samples = 0
         self.failed_batches = 0
@@ -119,6 +138,8 @@ class IngestWriter:
                     self._commit_group(group)
                 finally:
                     self._turn.release()
+                if group[0].heavy:
+                    self._heavy_since = time.monotonic()  # heavy jobs wait from now on, if more do
             if stop:
                 return
 
@@ -127,14 +148,17 @@ class IngestWriter:
         turn held unless the group is empty, and whether to stop."""
         group: list[_Job] = []
         rows, full = 0, set()  # rows in the group; lanes whose next job would make it too large
+        heavy_first = self._heavy_due()
+        item = None
         while len(group) < self.group_max:
             # What is already queued joins the group; then the turn, if it is free. If another
-            # process holds it, decode what arrives in the meantime.
-            item = self._queue.get(0 if group else None, skip=full)
+            # process holds it, decode what arrives in the meantime. Only the first job of a
+            # group may be heavy, and then it is the group.
+            item = self._queue.get(0 if group else None, skip=full, heavy=not group, heavy_first=heavy_first and not group)
             if item is None:
                 if self._turn.acquire(blocking=False):
                     return group, False
-                item = self._queue.get(_TURN_POLL_S, skip=full)
+                item = self._queue.get(_TURN_POLL_S, skip=full, heavy=False)
                 if item is None:
                     continue
             if item is CLOSED:
@@ -145,7 +169,14 @@ class IngestWriter:
             # claimed by another node), and this is the moment it joins a group.
             self._prepare(item)
             cost = _cost_in_rows(item)
-            if group and rows + cost > 2 * self.slice_rows:
+            if not item.heavy and 0 < self.small_rows < cost:
+                item.heavy = True  # known only now that it is decoded (and its names looked up)
+            if item.heavy:
+                if self._alone(item, group, full, heavy_first):
+                    group.append(item)
+                    break
+                continue
+            if group and rows + cost > self.group_rows:
                 self._queue.put_front([item], item.key)  # first in the next group
                 full.add(item.key)
                 continue
@@ -154,6 +185,26 @@ class IngestWriter:
         if group:
             self._turn.acquire()
         return group, item is CLOSED
+
+    def _alone(self, job: _Job, group: list[_Job], full: set[str], heavy_first: bool) -> bool:
+        """Whether the heavy job is the group; if not, it is put back first in its lane. It never
+        joins light jobs in a transaction, and a light job of another lane that came meanwhile
+        goes first (one of its own lane waits behind it: a token's pushes keep their order)."""
+        if group or (not heavy_first and self._queue.waiting(heavy=False, skip={job.key})):
+            self._queue.put_front([job], job.key)
+            if group:
+                full.add(job.key)
+            return False
+        return True
+
+    def _heavy_due(self) -> bool:
+        """Whether a heavy job goes first in the next group: heavy jobs have been passed over
+        for `heavy_wait_s` while light ones were served."""
+        now = time.monotonic()
+        if not self._queue.waiting(heavy=True):
+            self._heavy_since = now
+            return False
+        return now - self._heavy_since >= self.heavy_wait_s
 
     def _ready(self, job: _Job) -> bool:
         """Decode (once); False if the request was refused, or cut into slices, which now
@@ -182,7 +233,7 @@ class IngestWriter:
         slices = split(job.batch, self.slice_rows)
         if len(slices) == 1:
             return [job]
-        parts = [_Job(None, Future(), job.key, batch, whole=job.done) for batch in slices]
+        parts = [_Job(None, Future(), job.key, batch, whole=job.done, heavy=self.small_rows > 0) for batch in slices]
         _answer_when_all_stored(job.done, [p.done for p in parts])
         return parts
 
