@@ -60,7 +60,7 @@ def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintS
         resolved = ep.get("resolved_at")
         reason = {
             "episode": ep.get("id"), "gpu": ep.get("gpu"), "cause": ep["cause"], "severity": ep["severity"],
-            "action": action, "capacity": capacity, "summary": ep.get("summary", ""), "onset": ep["onset"],
+            "action": action, "capacity": capacity, "summary": ep.get("summary", ""), "job": _job_of(ep), "onset": ep["onset"],
             "resolved_at": resolved, "clears_at": None if resolved is None or ep.get("held") else float(resolved) + cfg.cooldown_s,
         }
         if ep.get("held"):
@@ -156,6 +156,13 @@ def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNo
             "gpus": gpu_out,
         })
     return {"generated_at": generated_at, "sample_time": dict(sorted(clocks.items())), "nodes": out_nodes}
+
+
+def _job_of(ep: Mapping[str, Any]) -> str | None:
+    """The job the episode's GPU ran when it opened (evidence.job, issue #15), None where none was
+    attributed: the reason texts name every job a node's hint slows (render.reason_text)."""
+    job = (ep.get("evidence") or {}).get("job")
+    return job if isinstance(job, str) and job else None
 
 
 def _latest_time(ep: Mapping[str, Any]) -> float:

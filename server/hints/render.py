@@ -11,15 +11,28 @@ COLUMNS = ("CLUSTER", "NODE", "ACTION", "CAPACITY", "SINCE", "GPUS", "REASON")
 
 
 def reason_text(node: dict[str, Any]) -> str:
-    """The gravest reason of a node on one line: 'cause: summary' (+N more)."""
+    """The gravest reason of a node on one line: 'cause: summary' (+N more, also slowing job B).
+    The one text of a node's hint: Slurm drain reasons, the Kubernetes condition's message, the
+    `laggard hints` table."""
     reasons = node.get("reasons") or []
     if not reasons:
         return "-"
     first = reasons[0]
     text = f"{first['cause']}: {first['summary']}"
     if len(reasons) > 1:
-        text += f" (+{len(reasons) - 1} more)"
+        text += f" (+{len(reasons) - 1} more{_other_jobs(reasons)})"
     return " ".join(text.split())  # one line whatever the summary holds
+
+
+def _other_jobs(reasons: list[dict[str, Any]]) -> str:
+    """', also slowing job B' for the jobs the further reasons slow besides the gravest one's (its
+    summary names that one): on a node two jobs share, a drain or taint stops both, and the
+    owners of each need to find their job in it."""
+    named = reasons[0].get("job")
+    others = list(dict.fromkeys(r["job"] for r in reasons[1:] if r.get("job") and r["job"] != named))
+    if not others:
+        return ""
+    return f", also slowing job{'s' if len(others) > 1 else ''} {', '.join(others)}"
 
 
 def by_node_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -28,7 +28,7 @@ from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
 from server.metrics.settings import MetricsSettings
-from server.peer_groups import is_busy, peer_group, workload_job
+from server.peer_groups import is_busy, peer_group, workload_job, workload_key
 from server.store import counters, schema
 from server.store.detector_state import backlog as backlog_of
 from server.store.detector_state import bucket, holder_names
@@ -153,16 +153,7 @@ class LaggardCollector:
         active = [dict(r) for r in conn.execute(select(
             EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
         ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
-        # Each GPU's latest workload (gpu_workloads holds changes): the pod's labels for the DCGM
-        # series, the job's name (as the API's ?job= filter names it) for Laggard's own.
-        workloads = {}
-        for gpu_id, kind, namespace, pod, container, job, slurm_job_id in conn.execute(text(
-                "SELECT w.gpu_id, w.kind, w.namespace, w.pod, w.container, w.job, w.slurm_job_id FROM gpu_workloads w "
-                "JOIN (SELECT gpu_id, max(ts) AS ts FROM gpu_workloads GROUP BY gpu_id) m ON m.gpu_id = w.gpu_id AND m.ts = w.ts")):
-            job_name = workload_job(kind, job=job, pod=pod, slurm_job_id=slurm_job_id) or ""
-            pod_labels = (namespace, pod, container) if kind == "k8s" else _NO_POD
-            if job_name or pod_labels != _NO_POD:
-                workloads[gpu_id] = (pod_labels, job_name)
+        workloads, peer_scopes = _latest_workloads(conn)
         last_xid = dict(conn.execute(text(
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
@@ -177,7 +168,7 @@ class LaggardCollector:
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "xid_last": xid_last,
-            "workloads": workloads,
+            "workloads": workloads, "peer_scopes": peer_scopes,
             "progress": progress,
             "backlog": backlog, "holders": holders, "pending": pending, "counters": counters.read_all(conn), "hints": self._hints(),
         }
@@ -275,7 +266,7 @@ class LaggardCollector:
         cache = self._labels
         fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         group_of = _PeerGroupMembers(nodes, groups)
-        workloads = state["workloads"]
+        workloads, peer_scope_of = state["workloads"], state["peer_scopes"].get
         for row in state["gpus"]:
             node = nodes.get(row[1])
             if node is None:
@@ -310,7 +301,7 @@ class LaggardCollector:
                 add_ratio(labels, r)
                 util, reasons = m["util_gpu_pct"], m["clocks_event_reasons"]
                 if is_busy(util, reasons):
-                    group_of[(row[1], model)].append((labels, r))
+                    group_of[(row[1], model, peer_scope_of(row[0]))].append((labels, r))
             if (v := m["nvlink_links_up"]) is not None:
                 add_up(labels, v)
             if (v := m["nvlink_links_total"]) is not None:
@@ -464,19 +455,42 @@ def _xid_last_family(rows: list[tuple], workloads: dict[int, tuple]) -> Family:
     return fam
 
 
+def _latest_workloads(conn: Connection) -> tuple[dict[int, tuple], dict[int, str]]:
+    """Each GPU's latest workload (gpu_workloads holds changes), by GPU id: the pod's labels for
+    the DCGM series and the job's name (as the API's ?job= filter names it) for Laggard's own;
+    and, apart, its peer-group scope (workload_key) for GPUs a job is attributed to."""
+    workloads: dict[int, tuple] = {}
+    peer_scopes: dict[int, str] = {}
+    for gpu_id, kind, namespace, pod, container, job, slurm_job_id in conn.execute(text(
+            "SELECT w.gpu_id, w.kind, w.namespace, w.pod, w.container, w.job, w.slurm_job_id FROM gpu_workloads w "
+            "JOIN (SELECT gpu_id, max(ts) AS ts FROM gpu_workloads GROUP BY gpu_id) m ON m.gpu_id = w.gpu_id AND m.ts = w.ts")):
+        job_name = workload_job(kind, job=job, pod=pod, slurm_job_id=slurm_job_id) or ""
+        pod_labels = (namespace, pod, container) if kind == "k8s" else _NO_POD
+        if job_name or pod_labels != _NO_POD:
+            workloads[gpu_id] = (pod_labels, job_name)
+        scope = workload_key(kind, namespace=namespace, job=job, pod=pod, slurm_job_id=slurm_job_id)
+        if scope is not None:
+            peer_scopes[gpu_id] = scope
+    return workloads, peer_scopes
+
+
 class _PeerGroupMembers(dict):
-    """(node id, model) -> the member list of its peer group in `groups`. The peer group is worked
-    out on the first GPU of each node and model only, not on every GPU."""
+    """(node id, model, workload scope) -> the member list of its peer group in `groups`. The
+    peer group is worked out on the first GPU of each node, model and workload only, not on
+    every GPU."""
 
     def __init__(self, nodes: dict[int, Any], groups: dict[str, list]):
         super().__init__()
         self.nodes, self.groups = nodes, groups
 
-    def __missing__(self, key: tuple[int, str | None]) -> list:
-        node_id, model = key
+    def __missing__(self, key: tuple[int, str | None, str | None]) -> list:
+        node_id, model, workload = key
         node = self.nodes[node_id]
-        # peers: same cluster, model and job, as the detector's
-        members = self[key] = self.groups[peer_group(cluster=node[1], model=model, labels=node[3] or {})]
+        # Peers as the detector's (server/detect/engine.py): same cluster, model and attributed
+        # workload, the node's labels only where nothing is attributed; else a dashboard would
+        # show a GPU's deviation from another job's GPUs, which the detector never compares it with.
+        group = peer_group(cluster=node[1], model=model, labels=node[3] or {}, workload=workload)
+        members = self[key] = self.groups[group]
         return members
 
 

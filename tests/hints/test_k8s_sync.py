@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from server.cli import main as laggard
-from server.hints import k8s_sync
+from server.hints import k8s_sync, slurm_sync
+from server.hints.compute import KnownNode, compute_hints
+from server.hints.render import by_node_name
 from server.hints.settings import HintSettings
 from tests.hints.fake_apiserver import FakeApiServer, node
 from tests.hints.helpers import HintsServer, hint_doc
@@ -176,3 +178,30 @@ def test_taint_value_is_a_valid_label_value():
     hint = {"action": "drain", "capacity": 0.0, "cause": "weird cause/with*chars" + "x" * 80, "text": ""}
     value = k8s_sync.plan_node(node("n"), hint, HintSettings(), now="t").taints_after[0]["value"]
     assert len(value) <= 63 and value.startswith("weird_cause_with_chars")
+
+
+def job_episode(gpu: int, cause: str, severity: str, job: tuple[str, str], finding: str, *, id: int) -> dict:
+    """An open episode as the detector stores it on a GPU attributed to a Slurm job (issue #15):
+    the summary led by the workload, evidence.job its name."""
+    job_id, name = job
+    workload = f"Slurm job {job_id} ({name})"
+    return {"id": id, "cluster": "prod", "node": "shared", "gpu": gpu, "uuid": None, "cause": cause, "severity": severity,
+            "onset": 100.0 + id, "detected_at": 100.0 + id, "resolved_at": None, "summary": f"{workload}: {finding}",
+            "evidence": {"workload": workload, "job": name, "clock_deviation": -0.2}}
+
+
+def test_condition_names_every_job_the_node_slows_as_the_drain_reason_does():
+    """Issue #15: one node, two jobs (GPUs 0-3 llm-pretrain, 4-7 llm-finetune), a straggler in
+    each. The taint stops new work for both, so the condition's message names both jobs: the one
+    reason text slurm-sync drains with, not a second one."""
+    episodes = [job_episode(5, "thermal", "critical", ("4102", "llm-finetune"), "GPU 5 HW thermal slowdown", id=1),
+                job_episode(1, "clock", "warning", ("4101", "llm-pretrain"), "GPU 1 SM clock -20%", id=2)]
+    doc = compute_hints(episodes, [KnownNode("prod", "shared", tuple((i, None) for i in range(8)))], {"prod": 200.0},
+                        HintSettings(), generated_at=0.0)
+    hint = by_node_name(doc)["shared"]
+    plan = k8s_sync.plan_node(node("shared"), hint, HintSettings(), now="2025-06-01T00:00:00Z")
+    assert plan.taints_after == [{"key": KEY, "value": "thermal", "effect": "PreferNoSchedule"}]  # a label value: the cause only
+    message = plan.condition["message"]
+    assert message == ("avoid (capacity 0.80): thermal: Slurm job 4102 (llm-finetune): GPU 5 HW thermal slowdown "
+                       "(+1 more, also slowing job llm-pretrain)")
+    assert message.endswith(slurm_sync.drain_reason(hint, HintSettings()).removeprefix("laggard: "))

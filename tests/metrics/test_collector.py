@@ -245,6 +245,41 @@ def test_laggard_series_name_the_attributed_job(database_url):
         server.stop()
 
 
+def test_peer_deviation_compares_a_gpu_within_its_job_only(database_url):
+    """Issue #15: laggard_gpu_peer_deviation_ratio groups as the detector does, by model and the
+    attributed job. Two Slurm jobs share two nodes with one `job` label (GPUs 0-3: 4101 at full
+    clock; 4-7: 4102, power-capped at ~1500 MHz, one of its GPUs at 1200): every GPU is compared
+    with its own job's, so the capped job's GPUs sit at 0 and only its slow GPU deviates."""
+    from tests.metrics.fleet import body
+
+    fast = {"kind": "slurm", "job": "llm-pretrain", "slurm_job_id": "4101", "processes": 1, "workloads": 1}
+    capped = {"kind": "slurm", "job": "llm-finetune", "slurm_job_id": "4102", "processes": 1, "workloads": 1}
+    t0 = float(int(time.time()) - 30)
+    server = start_in_thread(create_app(settings_for(database_url)))
+    try:
+        for node in ("n1", "n2"):
+            payload = body(node, t0 + 10, t0)
+            for gpu in payload["samples"][0]["gpus"]:
+                on_capped = gpu["index"] >= 4
+                gpu["workload"] = capped if on_capped else fast
+                if on_capped:
+                    gpu["sm_clock_mhz"] = 1200 if (node, gpu["index"]) == ("n2", 6) else 1500
+            push(server.url, payload)
+        scraped = wait_metric(server.url, "laggard_gpu_peer_deviation_ratio")
+
+        def deviation(node: str, gpu: int) -> float:
+            return values(scraped, "laggard_gpu_peer_deviation_ratio", node=node, gpu=str(gpu))[0]
+
+        for node in ("n1", "n2"):
+            for index in range(8):
+                if (node, index) != ("n2", 6):
+                    # Grouped by the label alone, the median falls between the jobs: +14% for 4101's GPUs.
+                    assert deviation(node, index) == pytest.approx(0.0, abs=0.005), (node, index)
+        assert deviation("n2", 6) == pytest.approx(1200 / 1500 - 1)
+    finally:
+        server.stop()
+
+
 def test_laggard_series(fleet_server):
     server, url, t0 = fleet_server
     body = wait_metric(server.url, "laggard_gpu_xid_errors_total")
