@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,7 +47,8 @@ from server.settings import Settings, replica_name
 from server.store import migrate
 from server.store.engine import make_engine
 from server.store.partitions import ensure_partitions
-from server.store.retention import apply_retention
+from server.store.retention import Horizons, apply_retention
+from server.store.rollups import roll_up
 from server.store.write_health import WriteHealth
 from server.store.writer import IngestWriter
 from server.store.writer_service import RemoteWriter
@@ -124,6 +125,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names, replica=replica,
                                        hints=lambda: hint_cache.get(None).doc)
     retention = asyncio.create_task(_retention_loop(settings, engine))
+    # Rollups are idempotent, but one process doing them is enough: the one that leads detection
+    # (each process where detection is off, since none of those may ever lead).
+    rolling = asyncio.create_task(_rollup_loop(settings, engine, lambda: detection.lock.held or not settings.detection_enabled))
     trimming = asyncio.create_task(_trim_loop(settings.memory_trim_interval_s))
     interpreter.set_switch_interval(settings.gil_switch_interval_s)
     interpreter.freeze_once()
@@ -131,12 +135,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         retention.cancel()
+        rolling.cancel()
         trimming.cancel()
         await asyncio.to_thread(dispatcher.stop)
         await asyncio.to_thread(maintainer.stop)
         await asyncio.to_thread(detection.stop)
         with contextlib.suppress(asyncio.CancelledError):
             await retention
+        with contextlib.suppress(asyncio.CancelledError):
+            await rolling
         # Requests still waiting on the writer get their commit before the engine goes away.
         await asyncio.to_thread(writer.stop)
         engine.dispose()
@@ -168,7 +175,7 @@ async def _retention_loop(settings: Settings, engine) -> None:
             log.exception("creating partitions failed; samples go to the default partition meanwhile")
         try:
             deleted = await asyncio.to_thread(
-                apply_retention, engine, now=time.time(), retention_s=settings.retention_days * 86400,
+                apply_retention, engine, now=time.time(), horizons=_horizons(settings),
                 keep_episodes=held_fault_ids if settings.hints.hold_until_remedy else None,
             )
             if any(deleted.values()):
@@ -176,6 +183,24 @@ async def _retention_loop(settings: Settings, engine) -> None:
         except Exception:
             log.exception("retention failed; will retry")
         await asyncio.sleep(settings.retention_interval_s)
+
+
+def _horizons(settings: Settings) -> Horizons:
+    return Horizons(raw_s=settings.raw_retention_s, rollup_s=settings.rollup_retention_days * 86400,
+                    events_s=settings.event_retention_days * 86400)
+
+
+async def _rollup_loop(settings: Settings, engine, leads: Callable[[], bool]) -> None:
+    while True:
+        await asyncio.sleep(settings.rollup_interval_s)
+        if not leads():
+            continue
+        try:
+            written = await asyncio.to_thread(roll_up, engine, now=time.time(), delay_s=settings.detection.lateness_s,
+                                              keep_raw_s=settings.raw_retention_s)
+            log.debug("rolled up %s", written)
+        except Exception:
+            log.exception("rolling up failed; will retry")
 
 
 async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

@@ -57,8 +57,15 @@ class Settings(BaseSettings):
                                           "Mapped pages count in the collector's RSS once read.",
     )
 
-    retention_days: float = Field(7.0, description="Samples older than this (by sample time) are deleted.")
+    raw_retention_hours: float = Field(48.0, gt=0, description="Raw samples (and the ingest log) older than this, by sample time, are deleted; "
+                                                              "their per-minute rollups stay.")
+    rollup_retention_days: float = Field(30.0, gt=0, description="Per-minute rollups and workload changes older than this are deleted.")
+    event_retention_days: float = Field(365.0, gt=0, description="Resolved episodes, their events and XID events older than this are deleted.")
+    retention_days: float | None = Field(
+        None, gt=0, description="Deprecated (one horizon for everything before rollups): if set, raw samples are kept this many days.",
+    )
     retention_interval_s: float = Field(600.0, description="How often retention runs.")
+    rollup_interval_s: float = Field(60.0, gt=0, description="How often closed minutes are rolled up (server/store/rollups.py).")
 
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     detection_enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
@@ -125,6 +132,11 @@ class Settings(BaseSettings):
             if url.startswith(prefix):
                 return "postgresql+psycopg://" + url[len(prefix):]
         return url
+
+    @property
+    def raw_retention_s(self) -> float:
+        # The deprecated single horizon, where set, is how long raw samples stay.
+        return self.retention_days * 86400 if self.retention_days is not None else self.raw_retention_hours * 3600
 
     @property
     def is_sqlite(self) -> bool:

@@ -8,6 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Connection
 
+from server.settings import Settings
+
 
 def _connection(request: Request) -> Iterator[Connection]:
     with request.app.state.engine.connect() as conn:
@@ -15,3 +17,10 @@ def _connection(request: Request) -> Iterator[Connection]:
 
 
 ConnDep = Annotated[Connection, Depends(_connection)]
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]

@@ -103,6 +103,10 @@ def gpu_by_uuid(conn: Connection, *, uuid: str) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
+def oldest_gpu_sample_ts(conn: Connection, *, gpu_id: int) -> float | None:
+    return conn.execute(select(func.min(GpuSampleT.c.ts)).where(GpuSampleT.c.gpu_id == gpu_id)).scalar()
+
+
 def gpu_series(conn: Connection, *, gpu_id: int, metric: str, since: float, until: float, limit: int) -> list[tuple[float, Any]]:
     column = GpuSampleT.c[metric]
     stmt = (

@@ -1,4 +1,6 @@
-"""Retention: time series older than the horizon (by sample time) are deleted. On PostgreSQL the
+"""Retention: rows older than their horizon (by sample time) are deleted. Three horizons: raw
+samples and the ingest log (short: their per-minute rollups stay), rollups and workload changes,
+and the events (resolved episodes, their events, XIDs) kept longest. On PostgreSQL the
 sample tables are partitioned by day (server/store/partitions.py): whole day partitions past the
 horizon are dropped, and only the default partition (back-filled stragglers) is deleted row by
 row; a day partition goes once all of it is past the horizon, so up to a day more is kept."""
@@ -6,6 +8,7 @@ row; a day partition goes once all of it is past the horizon, so up to a day mor
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import NamedTuple
 
 from sqlalchemy import Connection, Engine, bindparam, delete, func, select, text
 from sqlalchemy.orm import aliased
@@ -19,26 +22,42 @@ WorkloadT = schema.GpuWorkload.__table__
 LogT = schema.IngestLog.__table__
 EpisodeT = schema.Episode.__table__
 EventT = schema.EpisodeEvent.__table__
+GpuRollupT = schema.GpuRollupT
+NicRollupT = schema.NicRollupT
 # Given a connection and the cutoff: ids of episodes resolved before it that must stay.
 KeepEpisodes = Callable[[Connection, float], Collection[int]]
 
 
-def apply_retention(engine: Engine, *, now: float, retention_s: float, keep_episodes: KeepEpisodes | None = None) -> dict[str, int]:
-    """Delete rows older than now - retention_s; returns rows deleted per table. Resolved
-    episodes past it go too, but for those `keep_episodes` names (server/hints/held.py: a
-    hardware fault still waiting for its remedy)."""
-    cutoff = now - retention_s
+class Horizons(NamedTuple):
+    """How long each kind of row is kept, in seconds."""
+
+    raw_s: float
+    rollup_s: float
+    events_s: float
+
+    @classmethod
+    def same(cls, seconds: float) -> Horizons:
+        return cls(seconds, seconds, seconds)
+
+
+def apply_retention(engine: Engine, *, now: float, horizons: Horizons, keep_episodes: KeepEpisodes | None = None) -> dict[str, int]:
+    """Delete rows past their horizon; returns rows deleted per table. Resolved episodes past
+    it go too, but for those `keep_episodes` names (server/hints/held.py: a hardware fault
+    still waiting for its remedy)."""
+    raw, rolled, events = now - horizons.raw_s, now - horizons.rollup_s, now - horizons.events_s
     with engine.begin() as conn:
         return {
-            "gpu_samples": _delete_samples(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, cutoff),
-            "nic_samples": _delete_samples(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, cutoff),
-            "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < cutoff)).rowcount,
-            "gpu_workloads": _delete_workloads(conn, cutoff),
-            "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < cutoff)).rowcount,
+            "gpu_samples": _delete_samples(conn, GpuSampleT, GpuSampleT.c.gpu_id, schema.Gpu.id, raw),
+            "nic_samples": _delete_samples(conn, NicSampleT, NicSampleT.c.nic_id, schema.Nic.id, raw),
+            "ingest_log": conn.execute(delete(LogT).where(LogT.c.max_ts < raw)).rowcount,
+            "gpu_rollups": _delete_per_series(conn, GpuRollupT, GpuRollupT.c.gpu_id, schema.Gpu.id, rolled // 60, "minute"),
+            "nic_rollups": _delete_per_series(conn, NicRollupT, NicRollupT.c.nic_id, schema.Nic.id, rolled // 60, "minute"),
+            "gpu_workloads": _delete_workloads(conn, rolled),
+            "xid_events": conn.execute(delete(XidT).where(XidT.c.ts < events)).rowcount,
             # Open episodes stay, however old: they are still true.
-            "episodes": _delete_episodes(conn, cutoff, keep_episodes),
+            "episodes": _delete_episodes(conn, events, keep_episodes),
             # Taken by the alerts or not (alerts off): past the horizon an event tells no one anything.
-            "episode_events": conn.execute(delete(EventT).where(EventT.c.at < cutoff)).rowcount,
+            "episode_events": conn.execute(delete(EventT).where(EventT.c.at < events)).rowcount,
         }
 
 
@@ -66,13 +85,13 @@ def _delete_samples(conn: Connection, table, series_column, inventory_id, cutoff
     return dropped + conn.execute(text(f'DELETE FROM "{default}" WHERE ts < :cutoff'), {"cutoff": cutoff}).rowcount
 
 
-def _delete_per_series(conn: Connection, table, series_column, inventory_id, cutoff: float) -> int:
+def _delete_per_series(conn: Connection, table, series_column, inventory_id, cutoff: float, time_column: str = "ts") -> int:
     # One range delete per series walks the (series id, ts) primary key; a single
     # "WHERE ts < cutoff" would scan the whole table, since ts has no index of its own.
     ids = conn.execute(select(inventory_id)).scalars().all()
     if not ids:
         return 0
-    stmt = delete(table).where(series_column == bindparam("series"), table.c.ts < bindparam("cutoff"))
+    stmt = delete(table).where(series_column == bindparam("series"), table.c[time_column] < bindparam("cutoff"))
     deleted = 0
     for series in ids:
         deleted += conn.execute(stmt, {"series": series, "cutoff": cutoff}).rowcount

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, REAL, BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer, String, Table, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -116,6 +116,44 @@ class NicSample(Base):
     rcv_errors_total: Mapped[int | None] = mapped_column(BigInteger)
     xmit_discards_total: Mapped[int | None] = mapped_column(BigInteger)
     xmit_wait_total: Mapped[int | None] = mapped_column(BigInteger)
+
+
+# Per-minute rollups (issue #17): kept long after the raw samples are gone. Each gauge a
+# dashboard plots as its min, mean and max over the minute (single precision: a plot needs no
+# more); every other reading (counters, limits, link and flag states) as its last value.
+GPU_ROLLUP_GAUGES = (
+    "temp_c", "mem_temp_c", "power_w", "sm_clock_mhz", "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s", "tensor_active_pct", "gr_engine_active_pct", "dram_active_pct",
+)
+ROLLUP_STATS = ("min", "mean", "max")
+
+
+def _rollup_table(name: str, samples: Table, key: str, parent: str, gauges: tuple[str, ...]) -> Table:
+    """`samples`' readings by (key, minute): `minute` is epoch seconds // 60, `samples` how many
+    raw samples the minute had."""
+    columns = [Column(key, Integer, ForeignKey(f"{parent}.id"), primary_key=True), Column("minute", Integer, primary_key=True),
+               Column("samples", Integer, nullable=False)]
+    for reading in samples.columns[2:]:
+        if reading.name in gauges:
+            columns += [Column(f"{reading.name}_{stat}", REAL) for stat in ROLLUP_STATS]
+        else:
+            columns.append(Column(reading.name, reading.type))
+    return Table(name, Base.metadata, *columns)
+
+
+GpuRollupT = _rollup_table("gpu_rollups", GpuSample.__table__, "gpu_id", "gpus", GPU_ROLLUP_GAUGES)
+NicRollupT = _rollup_table("nic_rollups", NicSample.__table__, "nic_id", "nics", ())
+
+
+class RollupProgress(Base):
+    """How far each sample table is rolled up (server/store/rollups.py): every minute before
+    `through_minute`, and the ingest log up to `log_id` looked at for late batches."""
+
+    __tablename__ = "rollup_progress"
+
+    samples_table: Mapped[str] = mapped_column(String(64), primary_key=True)
+    through_minute: Mapped[int] = mapped_column(Integer)
+    log_id: Mapped[int] = mapped_column(BigInteger)
 
 
 class XidEvent(Base):

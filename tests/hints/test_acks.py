@@ -18,7 +18,7 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import acks as ack_store
 from server.store.engine import make_engine
-from server.store.retention import apply_retention
+from server.store.retention import Horizons, apply_retention
 from tests.hints.fake_apiserver import FakeApiServer, node
 from tests.hints.helpers import T0, body, node_of, open_episode, settings_for
 
@@ -143,22 +143,22 @@ def test_a_fault_waiting_for_its_remedy_outlives_retention_and_the_history_windo
                                evidence=XID79, summary="GPU 6 hardware XID 79 (GPU has fallen off the bus)")
         open_episode(engine, node=NODE, gpu=5, cause="xid", severity="critical", onset=eight_days, resolved_at=eight_days + 5,
                      evidence={"xids": [94]}, summary="GPU 5 hardware XID 94 (contained ECC error)")
-        deleted = apply_retention(engine, now=now, retention_s=7 * 86400, keep_episodes=held_fault_ids)
+        deleted = apply_retention(engine, now=now, horizons=Horizons.same(7 * 86400), keep_episodes=held_fault_ids)
         assert deleted["episodes"] == 1  # the XID 94 one: a restarted application was its remedy
         assert node_of(httpx.get(f"{server.url}/api/v1/hints", timeout=30).json(), NODE)["reasons"][0]["episode"] == waiting
 
         with engine.begin() as conn:
             ack_store.add_ack(conn, cluster="prod", node=NODE, gpu=6, acked_by="ops")
         assert node_of(httpx.get(f"{server.url}/api/v1/hints", timeout=30).json(), NODE)["action"] == "ok"
-        assert apply_retention(engine, now=now, retention_s=7 * 86400, keep_episodes=held_fault_ids)["episodes"] == 1
+        assert apply_retention(engine, now=now, horizons=Horizons.same(7 * 86400), keep_episodes=held_fault_ids)["episodes"] == 1
 
         # An old XID 48 on a node that has booted since goes too.
         open_episode(engine, node="gpu-node-001", gpu=2, cause="xid", severity="critical", onset=eight_days,
                      resolved_at=eight_days + 5, evidence={"xids": [48]}, summary="GPU 2 hardware XID 48 (double-bit ECC error)")
-        assert apply_retention(engine, now=now, retention_s=7 * 86400, keep_episodes=held_fault_ids)["episodes"] == 0
+        assert apply_retention(engine, now=now, horizons=Horizons.same(7 * 86400), keep_episodes=held_fault_ids)["episodes"] == 0
         payload = body("gpu-node-001", T0 + 1) | {"agent": {"version": "0.1.0", "boot_time": T0}}
         assert httpx.post(f"{server.url}/api/v1/samples", json=payload, timeout=30).status_code == 200
-        assert apply_retention(engine, now=now, retention_s=7 * 86400, keep_episodes=held_fault_ids)["episodes"] == 1
+        assert apply_retention(engine, now=now, horizons=Horizons.same(7 * 86400), keep_episodes=held_fault_ids)["episodes"] == 1
     finally:
         engine.dispose()
         server.stop()

@@ -12,7 +12,7 @@ from server.store.engine import make_engine
 
 @pytest.fixture
 def settings(database_url):
-    return Settings(database_url=database_url, retention_interval_s=3600)
+    return Settings(database_url=database_url, retention_interval_s=3600, rollup_interval_s=3600)
 
 
 @pytest.fixture

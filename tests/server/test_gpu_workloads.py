@@ -153,7 +153,7 @@ def test_a_bad_workload_is_a_422_naming_the_field(workload, field, words):
 
 
 def test_retention_keeps_the_workload_in_effect_at_the_horizon(live_server, db):
-    from server.store.retention import apply_retention
+    from server.store.retention import Horizons, apply_retention
 
     now = time.time()
     day = 86400
@@ -164,5 +164,5 @@ def test_retention_keeps_the_workload_in_effect_at_the_horizon(live_server, db):
         conn.execute(t.insert(), [{"gpu_id": gpu_id, "ts": now - 9 * day, "kind": "k8s", "pod": "a"},
                                   {"gpu_id": gpu_id, "ts": now - 8 * day, "kind": "k8s", "pod": "b"},
                                   {"gpu_id": gpu_id, "ts": now - 2 * day, "kind": "slurm", "pod": None}])
-    assert apply_retention(db, now=now, retention_s=7 * day)["gpu_workloads"] == 1  # "a": superseded before the horizon
+    assert apply_retention(db, now=now, horizons=Horizons.same(7 * day))["gpu_workloads"] == 1  # "a": superseded before the horizon
     assert [(r[1], (r[2] or {}).get("pod")) for r in _stored(db)] == [(now - 8 * day, "b"), (now - 2 * day, None), (now - 30, None)]

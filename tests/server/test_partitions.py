@@ -17,7 +17,7 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import migrate, partitions
 from server.store.engine import make_engine
-from server.store.retention import apply_retention
+from server.store.retention import Horizons, apply_retention
 from tests.server.payloads import batch, encode
 
 DAY = partitions.DAY_S
@@ -112,7 +112,7 @@ def test_retention_drops_whole_day_partitions_and_old_rows_of_the_default(pg):
     old_day = partitions.day_partition("gpu_samples", nine_days_ago)
     assert where_rows_are(engine)[old_day] == 6
 
-    deleted = apply_retention(engine, now=now, retention_s=7 * DAY)
+    deleted = apply_retention(engine, now=now, horizons=Horizons.same(7 * DAY))
 
     assert deleted["gpu_samples"] == 6 + 4 and deleted["nic_samples"] == 3 + 2
     with engine.connect() as conn:

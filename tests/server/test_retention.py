@@ -6,8 +6,9 @@ import time
 
 import httpx
 
+from server.settings import Settings
 from server.store import episode_events, episodes, schema
-from server.store.retention import apply_retention
+from server.store.retention import Horizons, apply_retention
 from tests.server.conftest import count_rows, stored_gpu_samples
 from tests.server.payloads import batch, encode
 
@@ -30,10 +31,10 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
     _push(live_server.url, recent)
     assert stored_gpu_samples(db) == 10
 
-    deleted = apply_retention(db, now=now, retention_s=7 * DAY)
+    deleted = apply_retention(db, now=now, horizons=Horizons.same(7 * DAY))
 
     assert deleted == {"gpu_samples": 6, "nic_samples": 3, "xid_events": 1, "gpu_workloads": 0, "ingest_log": 1, "episodes": 0,
-                       "episode_events": 0}
+                       "gpu_rollups": 0, "nic_rollups": 0, "episode_events": 0}
     assert stored_gpu_samples(db) == 4
     assert count_rows(db, schema.NicSample) == 2
     assert count_rows(db, schema.XidEvent) == 1
@@ -43,7 +44,7 @@ def test_old_samples_go_recent_ones_stay(live_server, db):
 
 def test_nothing_to_delete_is_a_no_op(live_server, db):
     _push(live_server.url, batch(samples=1))
-    assert set(apply_retention(db, now=time.time(), retention_s=7 * DAY).values()) == {0}
+    assert set(apply_retention(db, now=time.time(), horizons=Horizons.same(7 * DAY)).values()) == {0}
     assert stored_gpu_samples(db) == 2
 
 
@@ -56,5 +57,11 @@ def test_episode_events_past_the_horizon_go_whether_or_not_alerts_took_them(migr
             ep = episodes.open_episode(conn, cluster="c", node="n", gpu=0, uuid="u", entity="gpu:u", cause="clock", severity="warning",
                                        onset=at, detected_at=at, evidence={}, summary="s")
             episode_events.record(conn, episode_id=ep, change="opened", now=at)
-    assert apply_retention(db, now=now, retention_s=7 * DAY)["episode_events"] == 1
+    assert apply_retention(db, now=now, horizons=Horizons.same(7 * DAY))["episode_events"] == 1
     assert count_rows(db, schema.EpisodeEvent) == 1
+
+
+def test_raw_samples_are_kept_48_hours_unless_the_old_single_horizon_is_set():
+    assert Settings().raw_retention_s == 48 * 3600
+    assert Settings(raw_retention_hours=6).raw_retention_s == 6 * 3600
+    assert Settings(retention_days=7).raw_retention_s == 7 * DAY  # LAGGARD_RETENTION_DAYS as before rollups
