@@ -57,6 +57,6 @@ def test_round_trip_on_both_databases(live_server, db):
     for key, value in NEW.items():
         got = []
         for g in gpus:
-            series = httpx.get(f"{live_server.url}/api/v1/gpus/{g['uuid']}/series", params={"metric": key, "since": 0}).json()
+            series = httpx.get(f"{live_server.url}/api/v1/gpus/{g['uuid']}/series", params={"metric": key, "since": 0, "resolution": "raw"}).json()
             got += [v for _, v in series["points"]]
         assert got == [pytest.approx(value), None, None], key

@@ -65,7 +65,7 @@ def test_null_metrics_are_stored_as_null_not_zero(post, live_server):
     body["samples"][0]["gpus"][0].update(temp_c=None, power_w=None)
     assert post(body).status_code == 200
     uuid = body["samples"][0]["gpus"][0]["uuid"]
-    series = httpx.get(f"{live_server.url}/api/v1/gpus/{uuid}/series", params={"metric": "temp_c", "since": 0}).json()
+    series = httpx.get(f"{live_server.url}/api/v1/gpus/{uuid}/series", params={"metric": "temp_c", "since": 0, "resolution": "raw"}).json()
     assert [value for _, value in series["points"]] == [None]
 
 
@@ -80,7 +80,7 @@ def test_tensor_activity_is_stored_null_where_absent_or_null(post, live_server):
     got = []
     for g in gpus:
         series = httpx.get(f"{live_server.url}/api/v1/gpus/{g['uuid']}/series",
-                           params={"metric": "tensor_active_pct", "since": 0}).json()
+                           params={"metric": "tensor_active_pct", "since": 0, "resolution": "raw"}).json()
         got += [value for _, value in series["points"]]
     assert got == [57.25, None, None]
 
