@@ -2,14 +2,16 @@
 
 SQLite gets multi-row VALUES statements: executemany would step (and release and re-take
 the GIL) once per row, and with the event loop thread also wanting the GIL each hand-back can
-wait a whole switch interval; one statement per chunk of rows steps once. PostgreSQL uses
-executemany, which psycopg pipelines."""
+wait a whole switch interval; one statement per chunk of rows steps once. PostgreSQL gets binary
+COPY, idempotent all the same (server/store/pg_copy.py): 3-4x the rows per second of executemany."""
 
 from __future__ import annotations
 
 from itertools import chain
 
 from sqlalchemy import Connection, Table
+
+from server.store.pg_copy import CopyInsert
 
 # Chunks of 256 rows, then halves for the remainder: few statements per group commit, and
 # few distinct statements (9 sizes) for the driver's statement cache. 256 rows × 43 columns
@@ -28,10 +30,14 @@ class BulkInsert:
         self._single = self._head + self._row + self._tail
         self._multi: dict[int, str] = {}
         self.width = len(table.columns)
+        self._copy = CopyInsert(table) if dialect_name == "postgresql" else None
 
     def execute(self, conn: Connection, rows: list[tuple]) -> None:
         """Insert rows, skipping any whose primary key is already stored (idempotent re-sends)."""
         if not rows:
+            return
+        if self._copy is not None:
+            self._copy.execute(conn, rows)
             return
         if self.dialect_name != "sqlite":
             conn.exec_driver_sql(self._single, rows)
@@ -49,6 +55,9 @@ class BulkInsert:
         if not flat:
             return
         width = self.width
+        if self._copy is not None:
+            self._copy.execute_flat(conn, flat)
+            return
         if self.dialect_name != "sqlite":
             conn.exec_driver_sql(self._single, list(zip(*[iter(flat)] * width)))
             return
