@@ -83,16 +83,16 @@ class Settings(BaseSettings):
     ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
     ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
     ingest_slice_rows: int = Field(
-        128, description="A batch of more rows is committed in slices of about this many, each its own transaction, between "
-                          "other tokens' pushes.",
+        128, description="A heavy push (see ingest_small_rows) is committed in slices of about this many rows, each its own "
+                          "transaction, between other tokens' pushes.",
     )
-    ingest_small_rows: int | None = Field(
-        None, description="A push of more rows (a new node, GPU or port counting as 32), or a slice, is heavy: committed in a "
-                          "transaction of its own, and only when no smaller push of another token waits. None: "
-                          "ingest_slice_rows; 0: no push is heavy, every token served in turn regardless of size.",
+    ingest_small_rows: int = Field(
+        1024, ge=0, description="A push of more rows (a new node, GPU or port counting as 32) is heavy: committed in slices of "
+                                "ingest_slice_rows, each alone and only when no lighter push of another token waits. Lighter "
+                                "pushes are committed together. 0: no push is heavy, every token served in turn regardless of size.",
     )
     ingest_heavy_wait_s: float = Field(
-        0.2, description="Heavy pushes passed over this long while smaller ones were served: the next transaction is a heavy one "
+        0.05, description="Heavy pushes passed over this long while smaller ones were served: the next transaction is a heavy one "
                          "(so that small pushes cannot starve them).",
     )
     # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).

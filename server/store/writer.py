@@ -12,22 +12,21 @@ With several worker processes on SQLite only one can write at a time (write_lock
 writer that finds the turn taken keeps decoding what arrives meanwhile, so that the wait
 overlaps useful work and its next group commit is larger.
 
-Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py); a batch
-of more than `slice_rows` rows (128) is cut into slices (slices.py) that wait in its lane in its
-place, each its own transaction. A body of more than `large_body_bytes` (decompressed) is
-decoded on a thread of its own, not on the writer's (0.3 s for the largest), and joins its lane
-once decoded.
+Fairness (issue #12): jobs wait in one lane per token, served in turn (fair_queue.py). A body of
+more than `large_body_bytes` (decompressed) is decoded on a thread of its own, not on the
+writer's (0.3 s for the largest), and joins its lane once decoded.
 
-Small pushes first: a job is heavy if it is a slice, or if it costs more than `small_rows` rows
-(slice_rows by default), registering a new node, GPU or port counting as 32 rows
-(_cost_in_rows). A heavy job is committed alone and only when no light job of another lane
-waits (a lane whose next job is heavy waits while light ones are served; within a lane the
-order is kept), unless heavy jobs have been passed over for `heavy_wait_s` since the last one
-was committed: then one goes first, so that a steady stream of small pushes cannot starve
-them. Light jobs are committed together, up to `group_rows` rows. A small push thus waits for
-at most the one heavy job being written when it arrives: never for a slice of every heavy lane
-in turn, nor for one in its own transaction. `small_rows` 0: no job is heavy, every lane is
-served in turn and slices join groups of up to `group_rows` rows, as before."""
+Small pushes first: a push of more than `small_rows` rows (1,024: many times an agent's usual
+push) is heavy, and cut into slices of `slice_rows` (128, slices.py) that wait in its lane in
+its place; a push that registers many new names is heavy too (a new node, GPU or port counts as
+32 rows, _cost_in_rows). A heavy job is committed alone, and only when no light job of another
+lane waits (within a lane the order is kept), unless heavy jobs have been passed over for
+`heavy_wait_s` since the last one was committed: then one goes first, so that a steady stream
+of small pushes cannot starve them. Light jobs are committed together, up to `group_rows` rows.
+A small push thus waits for at most the one heavy slice being written when it arrives, never
+for a slice of every heavy lane in turn. `small_rows` 0: no job is heavy, every lane is served
+in turn, pushes of more than `slice_rows` are sliced and slices join groups of up to
+`group_rows` rows, as before issue #12's item 6."""
 
 from __future__ import annotations
 
@@ -66,7 +65,7 @@ class _Job:
     batch: UnresolvedBatch | None = None
     prepared: PreparedBatch | None = None  # None: a node, GPU or NIC is new; built in the transaction
     whole: Future | None = None  # a slice's: the request's future, answered once every slice is stored
-    heavy: bool = False  # a slice, or more than small_rows rows: committed alone, after light jobs
+    heavy: bool = False  # a slice of a heavy push, or one costing more than small_rows: committed alone, after light jobs
 
 
 def _is_heavy(job: _Job) -> bool:
@@ -75,14 +74,14 @@ def _is_heavy(job: _Job) -> bool:
 
 class IngestWriter:
     def __init__(self, engine: Engine, *, threads: int = 1, group_max: int = 64, gpu_move_after_s: float = 300.0,
-                 slice_rows: int = 128, large_body_bytes: int = 1 << 20, small_rows: int | None = None,
-                 heavy_wait_s: float = 0.2, group_rows: int = 1024):
+                 slice_rows: int = 128, large_body_bytes: int = 1 << 20, small_rows: int = 1024,
+                 heavy_wait_s: float = 0.05, group_rows: int = 1024):
         self.engine = engine
         self.group_max = group_max
         self.gpu_move_after_s = gpu_move_after_s
         self.slice_rows = slice_rows
         self.large_body_bytes = large_body_bytes
-        self.small_rows = slice_rows if small_rows is None else small_rows
+        self.small_rows = small_rows
         self.group_rows = group_rows
         self.heavy_wait_s = heavy_wait_s
         self._heavy_since = time.monotonic()  # heavy jobs have waited since then (the last heavy commit)
@@ -230,7 +229,10 @@ class IngestWriter:
         except Exception as exc:  # the request's own fault: answered, never stored
             job.done.set_exception(exc)
             return None
-        slices = split(job.batch, self.slice_rows)
+        # A push is cut only if it is heavy: a light one (an agent's usual push, or a spool
+        # replay of a minute) stays whole and joins a group commit with the others.
+        light_up_to = self.small_rows if self.small_rows > 0 else self.slice_rows
+        slices = split(job.batch, self.slice_rows) if row_count(job.batch) > light_up_to else [job.batch]
         if len(slices) == 1:
             return [job]
         parts = [_Job(None, Future(), job.key, batch, whole=job.done, heavy=self.small_rows > 0) for batch in slices]

@@ -104,7 +104,7 @@ def test_a_small_push_is_committed_between_the_slices_of_a_large_one(database_ur
     engine.dispose()
 
 
-@pytest.mark.parametrize("small_rows", [None, 0], ids=["small pushes first", "no priority"])
+@pytest.mark.parametrize("small_rows", [64, 0], ids=["small pushes first", "no priority"])
 def test_registering_new_names_counts_in_the_size_of_a_group(database_url, small_rows):
     """Thirty new node names in one transaction held the writer for 190 ms: a batch that
     registers its node, GPUs and ports weighs more than its rows (heavy, with the priority of
