@@ -61,6 +61,11 @@ def episode_labels(ep: Mapping[str, Any], *, severity: str | None = None) -> dic
         labels["device"], labels["port"] = device, port
     labels["cause"] = ep["cause"]
     labels["severity"] = severity or ep["severity"]
+    # The job the straggler slows, as the Prometheus rules' alerts carry it (job_name: `job` is
+    # the scrape job's label there), so one Alertmanager route serves both alert paths.
+    job = (ep.get("evidence") or {}).get("job")
+    if job:
+        labels["job_name"] = str(job)
     return labels
 
 

@@ -50,6 +50,12 @@ def test_fingerprint_is_the_label_set():
     assert fingerprint({}) == "cbf29ce484222325"
 
 
+def test_an_episode_of_an_attributed_gpu_names_its_job_as_the_rules_alerts_do():
+    labels = episode_labels(EP | {"evidence": EP["evidence"] | {"job": "llm-finetune"}})
+    assert labels["job_name"] == "llm-finetune"
+    assert "job_name" not in episode_labels(EP) and "job" not in labels
+
+
 def test_port_episodes_carry_device_and_port():
     nic = EP | {"gpu": None, "uuid": None, "entity": "nic:prod/rack/1/n2/mlx5_2/1", "cause": "network"}
     labels = episode_labels(nic)
