@@ -200,7 +200,7 @@ class Config:
     faults: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     metrics_port: str | None = None  # [HOST:]PORT of the node's own /metrics (agent/metrics.py)
-    spool_dir: str | None = None  # None: unsent samples wait in memory only (agent/spool.py)
+    spool_dir: str | None = None  # None: unsent samples wait in memory only (agent/spool/)
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     ca_bundle: str | None = None  # PEM CA certificates for an https:// collector; None: the system's
     token_file: str | None = None  # read again before retrying a 401/403: a Secret may be fixed in place

@@ -166,7 +166,7 @@ def pusher_stats(pusher) -> Callable[[], dict[str, float]]:
         stats = {"sent_samples": s.sent_samples, "rejected_samples": s.rejected_samples, "failed_attempts": s.failed_attempts,
                  "refused_attempts": s.refused_attempts, "dropped": pusher.dropped, "queued": len(pusher.queue)}
         spool = pusher.queue
-        if spool.durable:  # agent/spool.py's DiskSpool
+        if spool.durable:  # agent/spool/'s DiskSpool
             stats.update(spool_bytes=spool.size_bytes, spool_corrupt=spool.corrupt, spool_write_errors=spool.write_errors)
         return stats
     return read

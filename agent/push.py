@@ -14,7 +14,7 @@ An agent given no cluster (cluster=None) asks the collector which cluster its to
 to (GET /api/v1/tokens/self) before its first push, and pushes as that one.
 
 `SampleQueue` is the seam between the pusher and where samples wait: MemoryQueue (bounded,
-in memory, lost on exit) or agent/spool.py's DiskSpool (bounded, on disk, survives a restart).
+in memory, lost on exit) or agent/spool/'s DiskSpool (bounded, on disk, survives a restart).
 """
 
 from __future__ import annotations

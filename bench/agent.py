@@ -4,7 +4,7 @@ Runs `python -m agent.cli --simulate H200:8 --interval 1` (8 simulated GPUs thro
 real pynvml bindings, 8 simulated IB ports through the real sysfs reader) as a child
 process pushing to a sink HTTP server in this process, and reads the child's own
 /proc/<pid>/stat (utime+stime) and /proc/<pid>/status (VmHWM). Only the agent is
-measured; the sink's cost stays in this process. The agent spools to disk (agent/spool.py)
+measured; the sink's cost stays in this process. The agent spools to disk (agent/spool/)
 in a fresh temporary directory, as a real agent does; `--spool-dir ''` measures it without.
 
     python bench/agent.py --duration 120

@@ -23,17 +23,16 @@ and may undo something when cleared. Reason bits are NVML's clocks-event bits.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pynvml
 
-from agent.sim.models import power_and_clock
-
-if TYPE_CHECKING:
-    from agent.sim.gpu import GpuState, SimGpu
+from agent.sim.models import GpuModel, power_and_clock
+from agent.sim.state import Counters, GpuState
 
 IDLE = pynvml.nvmlClocksEventReasonGpuIdle
 SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
@@ -41,6 +40,22 @@ HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
 SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
 HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+
+
+class FaultyGpu(Protocol):
+    """What a fault may touch on a simulated GPU (agent/sim/gpu.py's SimGpu, which applies them)."""
+
+    model: GpuModel
+    rng: random.Random
+    counters: Counters
+    remap_pending: bool
+    remap_failure: bool
+
+    def demand_w(self) -> float: ...
+
+    def queue_xid(self, xid: int) -> None: ...
+
+    def new_handle(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -52,13 +67,13 @@ class Fault:
 @dataclass(frozen=True, slots=True)
 class FaultKind:
     name: str
-    apply: Callable[[SimGpu, GpuState, Any], None] | None = None  # every recompute
-    start: Callable[[SimGpu, Any], None] | None = None  # once, when injected
-    stop: Callable[[SimGpu], None] | None = None  # once, when cleared
+    apply: Callable[[FaultyGpu, GpuState, Any], None] | None = None  # every recompute
+    start: Callable[[FaultyGpu, Any], None] | None = None  # once, when injected
+    stop: Callable[[FaultyGpu], None] | None = None  # once, when cleared
     one_shot: bool = False  # nothing lasting: dropped right after start
 
 
-def _slow(gpu: SimGpu, s: GpuState, scale: float) -> None:
+def _slow(gpu: FaultyGpu, s: GpuState, scale: float) -> None:
     """Clocks down by `scale`; power follows the dynamic part down; no longer power capped."""
     s.sm_clock_mhz = max(60.0, s.sm_clock_mhz * scale)
     idle = gpu.model.power_idle_w
@@ -66,7 +81,7 @@ def _slow(gpu: SimGpu, s: GpuState, scale: float) -> None:
     s.reasons &= ~SW_POWER_CAP
 
 
-def _thermal(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _thermal(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     level = int(arg or 2)
     s.temp_c = max(s.temp_c, (86.0 if level == 1 else 91.0) + gpu.rng.gauss(0, 0.8))
     if s.mem_temp_c is not None:
@@ -79,14 +94,14 @@ def _thermal(gpu: SimGpu, s: GpuState, arg: Any) -> None:
     _slow(gpu, s, scale)
 
 
-def _power_brake(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _power_brake(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     # Real 8x H100 node under a power brake: 86 MHz of 1980, ~70 W, no Idle bit.
     s.reasons = (s.reasons | HW_SLOWDOWN | HW_POWER_BRAKE) & ~(IDLE | SW_POWER_CAP)
     s.sm_clock_mhz = gpu.model.sm_clock_max_mhz * gpu.rng.uniform(0.04, 0.07)
     s.power_w = gpu.model.power_idle_w * (1.6 if s.busy else 1.0) * gpu.rng.uniform(0.97, 1.03)
 
 
-def _low_power_cap(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _low_power_cap(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     cap = float(arg) if arg else round(gpu.model.power_limit_w * 0.6)
     s.power_limit_w = cap
     if s.busy:
@@ -95,28 +110,28 @@ def _low_power_cap(gpu: SimGpu, s: GpuState, arg: Any) -> None:
             s.reasons |= SW_POWER_CAP
 
 
-def _hw_slowdown(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _hw_slowdown(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     s.reasons |= HW_SLOWDOWN
     _slow(gpu, s, 0.5)
 
 
-def _clocks_stuck_low(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _clocks_stuck_low(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     target = float(arg) if arg else gpu.model.sm_clock_max_mhz * 0.55
     if s.sm_clock_mhz > target:
         _slow(gpu, s, target / s.sm_clock_mhz)  # no reason bit: the silent straggler
 
 
-def _nvlink_down(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _nvlink_down(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     k = min(int(arg or 1), len(s.links_up))
     for link in range(len(s.links_up) - k, len(s.links_up)):
         s.links_up[link] = False
 
 
-def _nvlink_down_start(gpu: SimGpu, arg: Any) -> None:
+def _nvlink_down_start(gpu: FaultyGpu, arg: Any) -> None:
     gpu.counters.nvlink_recovery += min(int(arg or 1), gpu.model.nvlink_links)
 
 
-def _nvlink_errors(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _nvlink_errors(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     if not s.links_up:
         return
     rate = float(arg or 20.0)
@@ -127,7 +142,7 @@ def _nvlink_errors(gpu: SimGpu, s: GpuState, arg: Any) -> None:
     s.nvlink_link_bps *= 0.9  # replays eat bandwidth
 
 
-def _pcie_downtrained(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _pcie_downtrained(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     m = gpu.model
     s.pcie_gen = min(s.pcie_gen, max(1, m.pcie_gen_max - 2))
     s.pcie_width = min(s.pcie_width, int(arg) if arg else max(1, m.pcie_width_max // 2))
@@ -135,20 +150,20 @@ def _pcie_downtrained(gpu: SimGpu, s: GpuState, arg: Any) -> None:
     s.pcie_rx_bps *= 0.8
 
 
-def _pcie_replays(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _pcie_replays(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     s.pcie_replay_rate += float(arg or 2.0)
 
 
-def _xid_start(gpu: SimGpu, arg: Any) -> None:
+def _xid_start(gpu: FaultyGpu, arg: Any) -> None:
     gpu.queue_xid(int(arg or 79))
 
 
-def _ecc(gpu: SimGpu, s: GpuState, arg: Any) -> None:
+def _ecc(gpu: FaultyGpu, s: GpuState, arg: Any) -> None:
     if gpu.model.ecc:
         s.ecc_corrected_rate += 0.05  # a failing row usually also throws correctable errors
 
 
-def _ecc_start(gpu: SimGpu, arg: Any) -> None:
+def _ecc_start(gpu: FaultyGpu, arg: Any) -> None:
     if gpu.model.ecc:
         gpu.counters.ecc_uncorrected += int(arg or 1)
     if gpu.model.row_remapping:
@@ -156,23 +171,23 @@ def _ecc_start(gpu: SimGpu, arg: Any) -> None:
         gpu.remap_pending = True
 
 
-def _remap_failure_start(gpu: SimGpu, arg: Any) -> None:
+def _remap_failure_start(gpu: FaultyGpu, arg: Any) -> None:
     if gpu.model.ecc:
         gpu.counters.ecc_uncorrected += 1
     if gpu.model.row_remapping:
         gpu.remap_failure = True
 
 
-def _remap_failure_stop(gpu: SimGpu) -> None:
+def _remap_failure_stop(gpu: FaultyGpu) -> None:
     gpu.remap_failure = False
 
 
-def _lost_stop(gpu: SimGpu) -> None:
+def _lost_stop(gpu: FaultyGpu) -> None:
     # Back on the bus means reset and re-enumerated: handles from before do not work anymore.
     gpu.new_handle()
 
 
-def _ecc_stop(gpu: SimGpu) -> None:
+def _ecc_stop(gpu: FaultyGpu) -> None:
     gpu.remap_pending = False  # as after the GPU reset that performs the remap
 
 

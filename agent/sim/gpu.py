@@ -15,11 +15,11 @@ import threading
 import uuid as uuidlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from agent.sim.faults import FAULT_KINDS, IDLE, SW_POWER_CAP, Fault, FaultSpec, parse_fault_spec
 from agent.sim.models import GB, GpuModel, get_model, power_and_clock
 from agent.sim.proctree import SimProcess, k8s_process, slurm_process
+from agent.sim.state import Counters, GpuState
 
 WORKLOADS = ("idle", "busy")
 
@@ -41,69 +41,6 @@ _BUS_NUMBERS = (0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB)
 def _bus_id(index: int) -> str:
     bus = _BUS_NUMBERS[index] if index < len(_BUS_NUMBERS) else 0x08 + 0x10 * index
     return f"00000000:{bus:02X}:00.0"
-
-
-@dataclass(slots=True)
-class GpuState:
-    """Instantaneous readings (what the getters answer) and the rates counters grow at."""
-
-    busy: bool
-    temp_c: float
-    mem_temp_c: float | None
-    power_w: float
-    power_limit_w: float
-    sm_clock_mhz: float
-    mem_clock_mhz: int
-    util_gpu: int
-    util_mem: int
-    mem_used_bytes: int
-    reasons: int
-    pcie_gen: int
-    pcie_width: int
-    pcie_tx_bps: float
-    pcie_rx_bps: float
-    links_up: list[bool]
-    nvlink_link_bps: float  # per active link, per direction
-    pcie_replay_rate: float = 0.0
-    nvlink_crc_flit_rate: float = 0.0
-    nvlink_crc_data_rate: float = 0.0
-    nvlink_replay_rate: float = 0.0
-    nvlink_recovery_rate: float = 0.0
-    ecc_corrected_rate: float = 0.0
-    ecc_uncorrected_rate: float = 0.0
-    tensor_active_pct: float = 0.0  # % of cycles the tensor pipes are busy (what GPM measures)
-    gr_engine_active_pct: float = 0.0  # % of time the graphics/compute engine has work (GPM)
-    dram_active_pct: float = 0.0  # % of the peak DRAM bandwidth in use (GPM)
-
-    @property
-    def links_active(self) -> int:
-        return sum(self.links_up)
-
-    @property
-    def nvlink_bps(self) -> float:
-        """Total per direction over the active links."""
-        return self.nvlink_link_bps * self.links_active
-
-
-@dataclass(slots=True)
-class Counters:
-    """Cumulative counters, kept as floats so slow rates still add up; reported floored."""
-
-    pcie_replays: float = 0.0
-    nvlink_tx_bytes: float = 0.0
-    nvlink_rx_bytes: float = 0.0
-    nvlink_crc_flit: float = 0.0
-    nvlink_crc_data: float = 0.0
-    nvlink_replay: float = 0.0
-    nvlink_recovery: float = 0.0
-    ecc_corrected: float = 0.0
-    ecc_uncorrected: float = 0.0
-    remap_correctable: int = 0
-    remap_uncorrectable: int = 0
-    tensor_active_s: float = 0.0  # seconds of tensor-pipe activity: GPM samples snapshot it
-    gr_active_s: float = 0.0  # seconds of graphics/compute-engine activity (GPM)
-    dram_active_s: float = 0.0  # seconds at full DRAM bandwidth (GPM)
-    energy_mj: float = 0.0  # millijoules since the driver loaded (nvmlDeviceGetTotalEnergyConsumption)
 
 
 XidListener = Callable[["SimGpu", int], None]

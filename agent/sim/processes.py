@@ -1,5 +1,5 @@
 """NVML's running-process lists as a driver answers them, shared by the simulated libnvidia-ml
-(agent/sim/libnvml.py) and the tests' process-only library (tests/agent/proc_lib.py).
+(agent/sim/libnvml/) and the tests' process-only library (tests/agent/proc_lib.py).
 
 nvmlReturn_t nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses_v{2,3}(nvmlDevice_t,
 unsigned int *infoCount, nvmlProcessInfo_t *infos): with no array (or one too small) the driver

@@ -169,10 +169,10 @@ def test_a_call_the_gpu_does_not_support_leaves_its_fields_null(install, call, c
 
 def test_a_gpm_metric_the_gpu_lacks_is_null_alone(install, monkeypatch):
     """Per-metric NOT_SUPPORTED inside a successful nvmlGpmMetricsGet leaves that field null only."""
-    import agent.sim.libnvml as simlib
+    import agent.sim.libnvml.gpm as simgpm
 
-    trimmed = {k: v for k, v in simlib._GPM_METRICS.items() if k != pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL}
-    monkeypatch.setattr(simlib, "_GPM_METRICS", trimmed)
+    trimmed = {k: v for k, v in simgpm.GPM_METRICS.items() if k != pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL}
+    monkeypatch.setattr(simgpm, "GPM_METRICS", trimmed)
     node = SimNode("n", "h100", 1, workload="busy")
     install(SimNvmlLib(node))
     with NvmlGpuSource() as src:

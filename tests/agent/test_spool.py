@@ -1,4 +1,4 @@
-"""DiskSpool (agent/spool.py): order, restart, the size cap, damaged records, the ack file."""
+"""DiskSpool (agent/spool/): order, restart, the size cap, damaged records, the ack file."""
 
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ def test_ack_is_written_whole_or_not_at_all(spool_dir, monkeypatch):
     def crash(*args):  # the agent dies between writing the temp file and renaming it
         raise OSError("simulated crash before rename")
 
-    monkeypatch.setattr("agent.spool.os.replace", crash)
+    monkeypatch.setattr("agent.spool.ack.os.replace", crash)
     spool = DiskSpool(spool_dir)
     spool.ack(spool.peek(2)[-1][0])
     spool.close()
