@@ -7,7 +7,8 @@ PostgreSQL, detection sharded across them by cluster. The generator is light: ea
 is a template rendered with the sample time and its counters, not an agent process.
 
 Every 5 s it records each replica's RSS (its process tree), PostgreSQL's CPU (every postgres
-process) and WAL written, and the detection lag: per cluster, the newest sample time ingested
+process) and WAL written (both for the whole server: run it on a server nothing else uses), the
+database's size, and the detection lag: per cluster, the newest sample time ingested
 minus the instant every node of the cluster has been judged to (detector_progress). At the end
 it checks every acknowledged sample is stored.
 
