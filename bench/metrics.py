@@ -9,18 +9,25 @@ families, writing the text, and what prometheus_client's generic writer would ta
     python bench/metrics.py                          # SQLite in a temp dir, 10,000 GPUs
     python bench/metrics.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
     python bench/metrics.py --gpus 1000 --rounds 3   # quicker
+    python bench/metrics.py --gpus 100000 --samples 3 --query "shard=0&shards=8"   # one of 8 scrape targets
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,6 +36,8 @@ from sqlalchemy import insert  # noqa: E402
 
 from agent.exposition import render  # noqa: E402
 from server.app import create_app  # noqa: E402
+from server.metrics.runtime import renderer_for  # noqa: E402
+from server.metrics.selection import parse_selection  # noqa: E402
 from server.serve import start_in_thread  # noqa: E402
 from server.settings import Settings  # noqa: E402
 from server.store import counters, migrate, schema  # noqa: E402
@@ -73,7 +82,7 @@ def populate(url: str, *, gpus: int, samples: int, now: float, seed: int = 0) ->
                 "ecc_corrected_total": 3, "ecc_uncorrected_total": 0, "remapped_rows_pending": False,
                 "tensor_active_pct": 45 + rng.random() * 20,
             }
-            gpu_rows.append(tuple(row[c] for c in gpu_cols))
+            gpu_rows.append(tuple(row.get(c) for c in gpu_cols))  # columns added since: NULL, as from an older agent
         nic_rows = [
             tuple({"nic_id": p + 1, "ts": ts, "state": "ACTIVE", "rate_gbps": 400.0, "tx_bytes_total": k * 10**10,
                    "rx_bytes_total": k * 10**10, "symbol_errors_total": 0, "link_downed_total": 0, "rcv_errors_total": 0,
@@ -102,23 +111,25 @@ def _bulk(conn, table: str, cols: list[str], rows: list[tuple]) -> None:
     conn.exec_driver_sql(sql, rows)
 
 
-def run(url: str, *, gpus: int, samples: int, rounds: int) -> dict:
+def run(url: str, *, gpus: int, samples: int, rounds: int, query: str = "") -> dict:
+    """`query`: a slice of the fleet (docs/observability.md), e.g. "shard=0&shards=8"; "" the whole."""
     now = time.time()
     t = time.perf_counter()
     shape = populate(url, gpus=gpus, samples=samples, now=now)
     print(f"populated {shape} with {samples} samples each in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
-    scrape, size, series = _scrape_server_process(url, rounds)
+    scrape, size, series, rss = _scrape_server_process(url, rounds, f"?{query}" if query else "")
+    selection = parse_selection(parse_qsl(query, keep_blank_values=True))
     # The parts, in this process, on the same database.
     settings = Settings(database_url=url, retention_interval_s=86400, insecure=True)
     server = start_in_thread(create_app(settings))
     try:
         app = server.server.config.app
-        collector, renderer = app.state.metrics_collector, app.state.metrics_renderer
-        renderer.render(collector.families())  # warm, as every scrape after the first is
+        collector, renderer = app.state.metrics_collector, renderer_for(app.state, selection)
+        renderer.render(collector.families(selection))  # warm, as every scrape after the first is
         read, write, cold, cpu, reference = [], [], [], [], []
         for _ in range(rounds):
             t, c = time.perf_counter(), time.thread_time()
-            families = collector.families()
+            families = collector.families(selection)
             read.append(time.perf_counter() - t)
             t = time.perf_counter()
             renderer.render(families)
@@ -129,37 +140,46 @@ def run(url: str, *, gpus: int, samples: int, rounds: int) -> dict:
             cold.append(time.perf_counter() - t)
         from prometheus_client import CollectorRegistry, generate_latest
 
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        t = time.perf_counter()
-        generate_latest(registry)
-        reference.append(time.perf_counter() - t)
+        if selection.whole:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(collector)
+            t = time.perf_counter()
+            generate_latest(registry)
+            reference.append(time.perf_counter() - t)
     finally:
         server.stop()
     return {
-        **shape, "samples_per_series": samples, "series": series, "bytes": size,
+        **shape, "samples_per_series": samples, "series": series, "bytes": size, "server_peak_rss_bytes": rss,
         "scrape_s": {"median": statistics.median(scrape), "max": max(scrape)},
         "read_and_build_s": statistics.median(read), "render_s": statistics.median(write), "render_cold_s": statistics.median(cold),
-        "cpu_s": statistics.median(cpu), "prometheus_client_generate_latest_s": reference[0],
+        "cpu_s": statistics.median(cpu), "prometheus_client_generate_latest_s": reference[0] if reference else None, "query": query,
     }
 
 
-def _scrape_server_process(url: str, rounds: int) -> tuple[list[float], int, int]:
-    """Whole scrapes of `laggard server` (its own process, as Prometheus sees it), over HTTP."""
-    import os
-    import socket
-    import subprocess
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident set (VmHWM, Linux), 0 where /proc does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
+
+@contextlib.contextmanager
+def collector_process(url: str, *, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`laggard server` on `url` in its own process (as Prometheus or kube-scheduler sees it):
+    its base URL and process, once /healthz answers."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server", "--database-url", url,
                              "--port", str(port)], cwd=Path(__file__).resolve().parent.parent,
-                            # /metrics open, as a site that scrapes without a token would run it.
-                            env=os.environ | {"PYTHONUNBUFFERED": "1", "LAGGARD_METRICS_PUBLIC": "true"})
+                            env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
@@ -169,18 +189,25 @@ def _scrape_server_process(url: str, rounds: int) -> tuple[list[float], int, int
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError("collector did not start")
             time.sleep(0.2)
-        with httpx.Client(timeout=60) as client:
-            client.get(f"{base}/metrics")  # the first scrape fills the renderer's cache
-            times, body = [], b""
-            for _ in range(rounds):
-                t = time.perf_counter()
-                body = client.get(f"{base}/metrics").content
-                times.append(time.perf_counter() - t)
-        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-        return times, len(body), series
+        yield base, proc
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _scrape_server_process(url: str, rounds: int, query: str = "") -> tuple[list[float], int, int, int]:
+    """Whole scrapes of `laggard server` over HTTP: times, bytes and series of the last one, and
+    the server's peak RSS."""
+    # /metrics open, as a site that scrapes without a token would run it.
+    with collector_process(url, env={"LAGGARD_METRICS_PUBLIC": "true"}) as (base, proc), httpx.Client(timeout=120) as client:
+        client.get(f"{base}/metrics{query}")  # the first scrape fills the renderer's cache
+        times, body = [], b""
+        for _ in range(rounds):
+            t = time.perf_counter()
+            body = client.get(f"{base}/metrics{query}").content
+            times.append(time.perf_counter() - t)
+        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        return times, len(body), series, _peak_rss_bytes(proc.pid)
 
 
 def main() -> int:
@@ -189,6 +216,7 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=30, help="samples stored per GPU and port")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--database-url", default=None, help="PostgreSQL admin URL (a fresh database is made); default SQLite in a temp dir")
+    p.add_argument("--query", default="", help='scrape a slice: "shard=0&shards=8", "cluster=c1" (docs/observability.md)')
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,15 +226,17 @@ def main() -> int:
             url = _fresh_pg(args.database_url, "metrics")
         else:
             url = f"sqlite:///{tmp}/metrics.db"
-        result = run(url, gpus=args.gpus, samples=args.samples, rounds=args.rounds)
+        result = run(url, gpus=args.gpus, samples=args.samples, rounds=args.rounds, query=args.query)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{result['gpus']:,} GPUs, {result['ports']:,} ports, {result['series']:,} series, {result['bytes'] / 1e6:.1f} MB: "
-              f"scrape over HTTP median {result['scrape_s']['median']:.3f} s (max {result['scrape_s']['max']:.3f} s); "
+              f"scrape over HTTP median {result['scrape_s']['median']:.3f} s (max {result['scrape_s']['max']:.3f} s), "
+              f"server peak RSS {result['server_peak_rss_bytes'] / 2**20:.0f} MiB; "
               f"in-process: database + families {result['read_and_build_s']:.3f} s, text {result['render_s']:.3f} s "
-              f"(first scrape {result['render_cold_s']:.3f} s), CPU {result['cpu_s']:.3f} s; "
-              f"prometheus_client's writer would take {result['prometheus_client_generate_latest_s']:.3f} s for read + text")
+              f"(first scrape {result['render_cold_s']:.3f} s), CPU {result['cpu_s']:.3f} s"
+              + (f"; prometheus_client's writer would take {result['prometheus_client_generate_latest_s']:.3f} s for read + text"
+                 if result["prometheus_client_generate_latest_s"] is not None else f" (slice {result['query']})"))
     return 0
 
 

@@ -39,7 +39,15 @@ async def hints(
     node: str | None = None,
     problems_only: bool = False,
 ) -> Response:
-    doc = (await snapshot(request, cluster)).doc
+    snap = await snapshot(request, cluster)
+    if node is not None:
+        return Response(_encode(snap.doc, node, problems_only), media_type="application/json")
+    # The whole document of 100,000 GPUs takes longer to encode than to send: once per snapshot.
+    body = snap.memo(("json", problems_only), lambda: _encode(snap.doc, None, problems_only))
+    return Response(body, media_type="application/json")
+
+
+def _encode(doc: dict, node: str | None, problems_only: bool) -> bytes:
     nodes = doc["nodes"]
     if node is not None:
         nodes = [n for n in nodes if n["node"] == node]
@@ -47,7 +55,7 @@ async def hints(
         nodes = [n for n in nodes if n["action"] != "ok"]
     # Serialised directly: thousands of GPU entries through FastAPI's generic encoder would cost
     # more than computing the hints.
-    return Response(orjson.dumps({**doc, "nodes": nodes}), media_type="application/json")
+    return orjson.dumps({**doc, "nodes": nodes})
 
 
 @router.get("/slurm", summary="Plain text for NHC-style health scripts: `node action reason`, one line per node not ok",

@@ -130,32 +130,52 @@ def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNo
     clocks = {**fallback, **clocks}
 
     out_nodes = []
+    with_episodes = {(cluster, node) for cluster, node, _ in by_entity}
     for (cluster, node), gpus in sorted(known.items()):
-        now = clocks.get(cluster, 0.0)
-        node_acks = acks_by_node.get((cluster, node), ())
-        node_level = entity_hint(by_entity.get((cluster, node, None), ()), now=now, cfg=cfg, table=table, acks=node_acks)
-        gpu_out = []
-        hints = [node_level]
-        for index in sorted(gpus):
-            own = entity_hint(by_entity.get((cluster, node, index), ()), now=now, cfg=cfg, table=table,
-                              facts=facts.get((cluster, node, index)), acks=node_acks)
-            hints.append(own)
-            gpu_out.append({
-                "index": index, "uuid": gpus[index],
-                "action": worst((own.action, node_level.action)),
-                "capacity": min(own.capacity, node_level.capacity),
-            })
-        live = [h for h in hints if h.action != "ok"]
-        reasons = sorted((r for h in live for r in h.reasons), key=lambda r: (-RANK[r["action"]], r["onset"], r["episode"] or 0))
-        out_nodes.append({
-            "node": node, "cluster": cluster,
-            "action": worst(h.action for h in hints),
-            "capacity": min(h.capacity for h in hints),
-            "since": min((h.since for h in live), default=None),
-            "reasons": reasons,
-            "gpus": gpu_out,
-        })
+        if (cluster, node) not in with_episodes:
+            # No episode, so no hint whatever the clock or the acks: most of a large fleet.
+            out_nodes.append(_ok_node(cluster, node, gpus))
+            continue
+        out_nodes.append(_node_entry(cluster, node, gpus, by_entity, now=clocks.get(cluster, 0.0), cfg=cfg, table=table,
+                                     facts=facts, acks=acks_by_node.get((cluster, node), ())))
     return {"generated_at": generated_at, "sample_time": dict(sorted(clocks.items())), "nodes": out_nodes}
+
+
+def _node_entry(cluster: str, node: str, gpus: Mapping[int, str | None],
+                by_entity: Mapping[tuple[str, str, int | None], list[Mapping[str, Any]]], *, now: float, cfg: HintSettings,
+                table: Mapping[str, Action], facts: Mapping[tuple[str, str, int], GpuFacts], acks: Iterable[Ack]) -> dict[str, Any]:
+    """A node's entry: the worst of its node-level entity and its GPUs."""
+    node_level = entity_hint(by_entity.get((cluster, node, None), ()), now=now, cfg=cfg, table=table, acks=acks)
+    gpu_out = []
+    hints = [node_level]
+    for index in sorted(gpus):
+        own = entity_hint(by_entity.get((cluster, node, index), ()), now=now, cfg=cfg, table=table,
+                          facts=facts.get((cluster, node, index)), acks=acks)
+        hints.append(own)
+        gpu_out.append({
+            "index": index, "uuid": gpus[index],
+            "action": worst((own.action, node_level.action)),
+            "capacity": min(own.capacity, node_level.capacity),
+        })
+    live = [h for h in hints if h.action != "ok"]
+    reasons = sorted((r for h in live for r in h.reasons), key=lambda r: (-RANK[r["action"]], r["onset"], r["episode"] or 0))
+    return {
+        "node": node, "cluster": cluster,
+        "action": worst(h.action for h in hints),
+        "capacity": min(h.capacity for h in hints),
+        "since": min((h.since for h in live), default=None),
+        "reasons": reasons,
+        "gpus": gpu_out,
+    }
+
+
+def _ok_node(cluster: str, node: str, gpus: Mapping[int, str | None]) -> dict[str, Any]:
+    """The entry of a node none of whose entities has an episode: what entity_hint() of no
+    episodes (EntityHint()) makes of it, without the calls."""
+    return {
+        "node": node, "cluster": cluster, "action": "ok", "capacity": 1.0, "since": None, "reasons": [],
+        "gpus": [{"index": index, "uuid": gpus[index], "action": "ok", "capacity": 1.0} for index in sorted(gpus)],
+    }
 
 
 def _job_of(ep: Mapping[str, Any]) -> str | None:

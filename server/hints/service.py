@@ -3,6 +3,7 @@ milliseconds however often they ask (kube-scheduler calls the extender for every
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -29,36 +30,50 @@ def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = Non
     """Compute the hints document from what is stored: nodes and their GPUs (the inventory),
     each cluster's newest sample time (its "now"), the episodes open or recently resolved, and
     for the hardware faults that wait for a remedy the facts that may show it and the acks."""
-    node_stmt = select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.last_seen, NodeT.c.agent)
-    gpu_stmt = select(GpuT.c.node_id, GpuT.c.index, GpuT.c.uuid, GpuT.c.first_seen).join(NodeT, NodeT.c.id == GpuT.c.node_id)
-    if cluster is not None:
-        node_stmt = node_stmt.where(NodeT.c.cluster == cluster)
-        gpu_stmt = gpu_stmt.where(NodeT.c.cluster == cluster)
-    node_rows = conn.execute(node_stmt).all()
+    where, params = ("", ()) if cluster is None else (" WHERE n.cluster = ?", (cluster,))
+    # Plain driver rows, the agent object as text (decoded only for the few nodes a remedy needs):
+    # at 100,000 GPUs, SQLAlchemy rows and JSON decoding cost more than the queries.
+    node_rows = _plain_rows(conn, f"SELECT n.id, n.cluster, n.name, n.last_seen, CAST(n.agent AS TEXT) FROM nodes n{where}", params)
+    gpu_rows = _plain_rows(conn, f'SELECT g.node_id, g."index", g.uuid, g.first_seen FROM gpus g JOIN nodes n ON n.id = g.node_id{where}',
+                           params)
     gpus: dict[int, dict[int, tuple[float, str]]] = {}
-    for node_id, index, uuid, first_seen in conn.execute(gpu_stmt).all():
+    for node_id, index, uuid, first_seen in gpu_rows:
         slot = gpus.setdefault(node_id, {})
         # A replaced GPU leaves its old row behind: the newest one holds the index.
         if index not in slot or first_seen >= slot[index][0]:
             slot[index] = (first_seen, uuid)
     clocks: dict[str, float] = {}
     nodes = []
-    boot_times: dict[tuple[str, str], float | None] = {}
+    agents: dict[tuple[str, str], str | None] = {}
     for node_id, node_cluster, name, last_seen, agent in node_rows:
         clocks[node_cluster] = max(clocks.get(node_cluster, last_seen), last_seen)
         nodes.append(KnownNode(node_cluster, name, tuple((i, u) for i, (_, u) in sorted(gpus.get(node_id, {}).items()))))
-        boot_times[(node_cluster, name)] = _boot_time(agent)
+        agents[(node_cluster, name)] = agent
     horizon = min(clocks.values(), default=0.0) - cfg.cooldown_s - cfg.history_s
     eps = episodes.episodes_between(conn, since=horizon, until=_FAR_FUTURE, cluster=cluster)
     eps += _held_before(conn, cfg, horizon, cluster)
     acks = [as_ack(r) for r in ack_store.list_acks(conn, cluster=cluster)] if cfg.hold_until_remedy else []
     slots = {(n.cluster, n.name, i): u for n in nodes for i, u in n.gpus}
-    facts = _remedy_facts(conn, eps, acks, slots, boot_times, cfg) if cfg.hold_until_remedy else {}
+    facts = _remedy_facts(conn, eps, acks, slots, agents, cfg) if cfg.hold_until_remedy else {}
     return compute_hints(eps, nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at,
                          facts=facts, acks=acks)
 
 
-def _boot_time(agent: Any) -> float | None:
+def _plain_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
+    """The driver's own tuples for `sql` (qmark parameters on either database)."""
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+def _boot_time(agent_text: str | None) -> float | None:
+    """The node's boot time from its stored agent object (JSON text), None where it has none."""
+    agent = json.loads(agent_text) if agent_text else None
     value = agent.get("boot_time") if isinstance(agent, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -73,7 +88,7 @@ def _held_before(conn: Connection, cfg: HintSettings, horizon: float, cluster: s
 
 
 def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], slots: dict[tuple[str, str, int], str | None],
-                  boot_times: dict[tuple[str, str], float | None], cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
+                  agents: dict[tuple[str, str], str | None], cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
     """GpuFacts of the GPUs with a resolved fault that waits for a remedy nobody acknowledged;
     for those whose node booted since, one newest-sample lookup each (the (gpu_id, ts) key)."""
     facts: dict[tuple[str, str, int], GpuFacts] = {}
@@ -84,7 +99,7 @@ def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], 
             continue
         if covering_ack(ep, acks) is not None:
             continue
-        boot_time = boot_times.get(key[:2])  # type: ignore[index]
+        boot_time = _boot_time(agents.get(key[:2]))  # type: ignore[index]
         # Samples matter only once the node booted after the fault: until then no lookup.
         rebooted = boot_time is not None and boot_time > float(ep["onset"])
         last = _newest_sample(conn, ep["cluster"], ep["node"], ep.get("uuid")) if rebooted else None
@@ -108,6 +123,14 @@ class Snapshot:
     doc: dict[str, Any]
     at: float  # monotonic time it was computed
     _by_name: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """make(), once per snapshot and key: what a request derives from the document (its JSON)
+        is the same until the next snapshot."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def by_name(self) -> dict[str, dict[str, Any]]:
         """Node name → {action, capacity, cause, text} (render.by_node_name), built once per snapshot."""
@@ -133,9 +156,17 @@ class HintsCache:
         self.computations = 0
 
     def peek(self, cluster: str | None = None) -> Snapshot | None:
-        """The cached snapshot if it is fresh (no waiting, no thread), else None."""
+        """The cached snapshot if it is fresh (no waiting), else None. A fresh one near the end of
+        its TTL is recomputed meanwhile on a thread of its own (refresh_ahead_s)."""
         entry = self._entries.get(cluster)
-        return entry if entry is not None and self.clock() - entry.at <= self.cfg.cache_ttl_s else None
+        if entry is None:
+            return None
+        age = self.clock() - entry.at
+        if age > self.cfg.cache_ttl_s:
+            return None
+        if self.cfg.refresh_ahead_s > 0 and age >= self.cfg.cache_ttl_s - self.cfg.refresh_ahead_s:
+            self._refresh_ahead(cluster)
+        return entry
 
     def get(self, cluster: str | None = None) -> Snapshot:
         fresh = self.peek(cluster)
@@ -168,6 +199,23 @@ class HintsCache:
     def _usable_stale(self, cluster: str | None) -> Snapshot | None:
         entry = self._entries.get(cluster)
         return entry if entry is not None and self.clock() - entry.at <= self.cfg.max_stale_s else None
+
+    def _refresh_ahead(self, cluster: str | None) -> None:
+        """Recompute on a thread unless a computation of this cluster already runs. The snapshot
+        served meanwhile is still within its TTL, so nothing is served older than without this."""
+        lock = self._lock(cluster)
+        if not lock.acquire(blocking=False):
+            return
+
+        def refresh() -> None:
+            try:
+                self._refresh(cluster)
+            except Exception:  # the next request past the TTL computes (or falls back) itself
+                log.warning("hints refresh ahead of the TTL failed", exc_info=True)
+            finally:
+                lock.release()
+
+        threading.Thread(target=refresh, name="hints-refresh", daemon=True).start()
 
     def _lock(self, cluster: str | None) -> threading.Lock:
         with self._guard:

@@ -98,6 +98,11 @@ class HintSettings(BaseModel):
         description="While a refresh runs (or the database is slow or down), hints up to this old are served rather "
         "than making a scheduler wait.",
     )
+    refresh_ahead_s: float = Field(
+        1.0, ge=0.0,
+        description="A snapshot this close to the end of cache_ttl_s is recomputed in the background while it is still "
+        "served, so that a steady stream of requests (kube-scheduler's) never waits for a computation; 0: off.",
+    )
 
     # --- Kubernetes ------------------------------------------------------------------------
     scheduler_cluster: str | None = Field(

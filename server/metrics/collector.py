@@ -13,6 +13,7 @@ prometheus_client's generic writer (bench/metrics.py, docs/observability.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import statistics
@@ -27,6 +28,7 @@ from agent.dcgm_fields import FLEET_DCGM_LABELS, XID_FIELD, dcgm_families, dcgm_
 from agent.exposition import Family
 from server import __version__
 from server.metrics.ingest import DURATION, KNOWN_REJECT_CODES, LATENCY_BUCKETS, REJECTED, format_le
+from server.metrics.selection import WHOLE, Selection
 from server.metrics.settings import MetricsSettings
 from server.peer_groups import is_busy, peer_group, workload_job, workload_key
 from server.store import counters, schema
@@ -44,6 +46,7 @@ _NO_POD = (None, None, None)  # namespace, pod, container of a GPU no Kubernetes
 _NO_WORKLOAD = (_NO_POD, "")  # (namespace, pod, container), job of a GPU nothing is attributed to
 XID_LAST_HORIZON_S = 3600.0  # laggard_gpu_xid_last_timestamp_seconds: XIDs this recent
 ACTIONS = ("ok", "rebalance", "avoid", "drain")
+MAX_LABEL_CACHES = 64  # selections whose label tuples are kept between scrapes
 PERF_CAUSES = frozenset({"thermal", "power", "clock", "hw_slowdown"})
 
 # The columns a scrape reads (fewer columns, faster at 10,000 GPUs): what the DCGM fields are made
@@ -72,8 +75,10 @@ COUNTER_META: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _sql_latest(dialect: str, kind: str) -> str:
-    """Each GPU's (or port's) latest sample, one index probe per series on the primary key."""
+def _sql_latest(dialect: str, kind: str, only: str | None = None) -> str:
+    """Each GPU's (or port's) latest sample, one index probe per series on the primary key.
+    `only`: "id" or "node_id", to read only the GPUs or ports (or those of the nodes) in the
+    list bound to :ids, for a scrape that carries a slice of the fleet."""
     if kind == "gpu":
         inv, samples, key, cols, ident = "gpus", "gpu_samples", "gpu_id", _GPU_COLUMNS, 'i.id, i.node_id, i."index", i.uuid, i.model, i.pci_bus_id'
     else:
@@ -81,11 +86,13 @@ def _sql_latest(dialect: str, kind: str) -> str:
     picked = ", ".join(f's."{c}"' for c in cols)
     if dialect == "postgresql":
         inner = ", ".join(f'm."{c}"' for c in cols)
+        where = "" if only is None else f" AND i.{only} = ANY(:ids)"
         return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN LATERAL "
-                f"(SELECT {inner} FROM {samples} m WHERE m.{key} = i.id ORDER BY m.ts DESC LIMIT 1) s WHERE s.ts >= :cutoff")
+                f"(SELECT {inner} FROM {samples} m WHERE m.{key} = i.id ORDER BY m.ts DESC LIMIT 1) s WHERE s.ts >= :cutoff{where}")
     # SQLite: CROSS JOIN keeps the inventory as the outer loop; max() on the (id, ts) key is one seek.
+    where = "" if only is None else f" AND i.{only} IN (SELECT value FROM json_each(:ids))"
     return (f"SELECT {ident}, {picked} FROM {inv} i CROSS JOIN {samples} s ON s.{key} = i.id "
-            f"AND s.ts = (SELECT max(m.ts) FROM {samples} m WHERE m.{key} = i.id) WHERE s.ts >= :cutoff")
+            f"AND s.ts = (SELECT max(m.ts) FROM {samples} m WHERE m.{key} = i.id) WHERE s.ts >= :cutoff{where}")
 
 
 class LaggardCollector:
@@ -100,10 +107,11 @@ class LaggardCollector:
         self.min_peers = min_peers
         self.receivers = receivers or (lambda: [])
         self.hints_source = hints
-        self._labels: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # per GPU, kept between scrapes
-        self._nic_labels: dict[tuple, tuple[str, ...]] = {}
+        # Per selection (the whole fleet, or a slice a scrape job asks for): the label tuples of each
+        # GPU and port, kept between scrapes (see _gpu_families).
+        self._label_caches: dict[Selection, tuple[dict, dict]] = {}
         self.clock = clock
-        self._sql = {kind: _sql_latest(engine.dialect.name, kind) for kind in ("gpu", "nic")}
+        self._sql = {(kind, only): _sql_latest(engine.dialect.name, kind, only) for kind in ("gpu", "nic") for only in (None, "id", "node_id")}
         self._hints_failed = False
 
     # --- the prometheus_client Collector protocol --------------------------------------------
@@ -117,43 +125,62 @@ class LaggardCollector:
 
     # --- the families ----------------------------------------------------------------------------
 
-    def families(self) -> list[Family]:
+    def families(self, selection: Selection = WHOLE) -> list[Family]:
+        """Every family, or those of one slice of the fleet (server/metrics/selection.py): the
+        same series as the whole scrape's that live in the slice."""
         now = self.clock()
         with self.engine.connect() as conn:
-            state = self._read(conn, now)
+            state = self._read(conn, now, selection)
         out: list[Family] = []
         build = Family("laggard_build_info", "gauge", "The collector's version.", ("version",))
-        build.add((__version__,), 1)
+        if selection.takes_unclustered:
+            build.add((__version__,), 1)
         out.append(build)
         out += self._node_families(state, now)
         out += self._gpu_families(state)
-        out.append(_xid_last_family(state["xid_last"], state["workloads"]))
+        out.append(_xid_last_family([r for r in state["xid_last"] if selection.takes_node(r[0], r[1])], state["workloads"]))
         out += nic_families(state["nic_items"])
         out += self._episode_families(state)
-        out += self._counter_families(state["counters"])
+        out += self._counter_families(state["counters"], selection)
         out += self._detection_families(state, now)
         out += self._alert_families(state, now)
         return out
 
-    def _read(self, conn: Connection, now: float) -> dict[str, Any]:
+    def _label_cache(self, selection: Selection) -> tuple[dict, dict]:
+        caches = self._label_caches
+        if selection not in caches and len(caches) >= MAX_LABEL_CACHES:
+            caches.clear()  # more slices than any scrape config splits into: start over
+        return caches.setdefault(selection, ({}, {}))
+
+    def _read(self, conn: Connection, now: float, sel: Selection) -> dict[str, Any]:
         nodes = {r[0]: r for r in conn.execute(select(NodeT.c.id, NodeT.c.cluster, NodeT.c.name, NodeT.c.labels, NodeT.c.agent,
                                                       NodeT.c.last_seen)).all()}
         cutoff = now - self.cfg.max_sample_age_s
-        gpus = _fetch_plain(conn, self._sql["gpu"], cutoff)
-        nics = _fetch_plain(conn, self._sql["nic"], cutoff)
+        workloads, peer_scopes = _latest_workloads(conn)
+        if sel.whole:
+            gpus = _fetch_plain(conn, self._sql[("gpu", None)], cutoff)
+            nics = _fetch_plain(conn, self._sql[("nic", None)], cutoff)
+        else:
+            node_ids = [i for i, n in nodes.items() if sel.takes_node(n[1], n[2])]
+            if sel.shards == 1:  # a GPU's peer group is within its cluster: the nodes of the clusters are the GPUs'
+                gpus = _fetch_plain(conn, self._sql[("gpu", "node_id")], cutoff, node_ids)
+            else:
+                gpus = _fetch_plain(conn, self._sql[("gpu", "id")], cutoff, _gpu_ids_in(conn, nodes, peer_scopes, sel))
+            nics = _fetch_plain(conn, self._sql[("nic", "node_id")], cutoff, node_ids)
+        gpu_labels, nic_labels = self._label_cache(sel)
         nic_items = []
-        cache, fresh = self._nic_labels, {}
+        cache, fresh = nic_labels, {}
         for row in nics:
             node = nodes.get(row[1])
             if node is not None:
                 ident = (row[0], node[1], node[2], row[2], row[3])
                 labels = fresh[ident] = cache.get(ident) or (node[1], node[2], row[2], str(row[3]))
                 nic_items.append((labels, dict(zip(_NIC_COLUMNS, row[4:]))))
-        self._nic_labels = fresh
+        nic_labels.clear()
+        nic_labels.update(fresh)
         active = [dict(r) for r in conn.execute(select(
             EpisodeT.c.cluster, EpisodeT.c.node, EpisodeT.c.gpu, EpisodeT.c.uuid, EpisodeT.c.cause, EpisodeT.c.severity, EpisodeT.c.evidence,
         ).where(EpisodeT.c.resolved_at.is_(None))).mappings()]
-        workloads, peer_scopes = _latest_workloads(conn)
         last_xid = dict(conn.execute(text(
             "SELECT x.gpu_id, max(x.xid) FROM xid_events x JOIN (SELECT gpu_id, max(ts) AS ts FROM xid_events GROUP BY gpu_id) m "
             "ON m.gpu_id = x.gpu_id AND m.ts = x.ts GROUP BY x.gpu_id")).all())
@@ -167,6 +194,7 @@ class LaggardCollector:
         pending = {r[0]: (r[1], r[2]) for r in conn.execute(text(
             "SELECT receiver, count(*), min(created_at) FROM alert_deliveries WHERE state = 'pending' GROUP BY receiver")).all()}
         return {
+            "selection": sel, "gpu_labels": gpu_labels,
             "nodes": nodes, "gpus": gpus, "nic_items": nic_items, "active": active, "last_xid": last_xid, "xid_last": xid_last,
             "workloads": workloads, "peer_scopes": peer_scopes,
             "progress": progress,
@@ -194,8 +222,10 @@ class LaggardCollector:
                       ("cluster", "node"))
         reporting: dict[str, int] = defaultdict(int)
         stale: dict[str, int] = defaultdict(int)
+        sel: Selection = state["selection"]
         for _, cluster, name, _labels, _agent, last_seen in state["nodes"].values():
-            seen.add((cluster, name), last_seen)
+            if sel.takes_node(cluster, name):
+                seen.add((cluster, name), last_seen)
             if now - last_seen <= self.cfg.node_stale_after_s:
                 reporting[cluster] += 1
             else:
@@ -203,13 +233,16 @@ class LaggardCollector:
         rep = Family("laggard_nodes_reporting", "gauge", "Nodes whose newest sample is recent (within node_stale_after_s).", ("cluster",))
         st = Family("laggard_nodes_stale", "gauge", "Known nodes whose newest sample is older than node_stale_after_s.", ("cluster",))
         for cluster in sorted({n[1] for n in state["nodes"].values()}):
-            rep.add((cluster,), reporting[cluster])
-            st.add((cluster,), stale[cluster])
+            if sel.takes_cluster_level(cluster):
+                rep.add((cluster,), reporting[cluster])
+                st.add((cluster,), stale[cluster])
         action = Family("laggard_node_action", "gauge", "1 for the node's current scheduling action (ok, rebalance, avoid, drain), else 0.",
                         ("cluster", "node", "action"))
         capacity = Family("laggard_node_capacity_ratio", "gauge",
                           "Expected throughput of the node relative to a healthy one (its slowest GPU or link), 0 to 1.", ("cluster", "node"))
         for (cluster, name), (act, cap) in sorted(self._node_actions(state).items()):
+            if not sel.takes_node(cluster, name):
+                continue
             for a in ACTIONS:
                 action.add((cluster, name, a), int(a == act))
             capacity.add((cluster, name), cap)
@@ -263,7 +296,7 @@ class LaggardCollector:
         dcgm_on = self.cfg.dcgm_series
         add_lost, add_cap, add_ratio = lost.add, capacity.add, ratio.add
         add_up, add_links, add_crc, add_dcgm = links_up.add, links.add, crc.add, dcgm_items.append
-        cache = self._labels
+        cache = state["gpu_labels"]
         fresh: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         group_of = _PeerGroupMembers(nodes, groups)
         workloads, peer_scope_of = state["workloads"], state["peer_scopes"].get
@@ -308,7 +341,8 @@ class LaggardCollector:
                 add_links(labels, v)
             if (v := m["nvlink_crc_errors_total"]) is not None:
                 add_crc(labels, v)
-        self._labels = fresh
+        cache.clear()
+        cache.update(fresh)
         _add_peer_deviation(deviation, groups, self.min_peers)
         return self._with_dcgm_families(list(laggard_gpu), dcgm_items, xid)
 
@@ -337,6 +371,8 @@ class LaggardCollector:
                         ("cluster", "node", "gpu", "cause", "severity", "job_name"))
         counts: dict[tuple[str, ...], int] = defaultdict(int)
         for ep in state["active"]:
+            if not state["selection"].takes_node(ep["cluster"], ep["node"]):
+                continue
             evidence = ep["evidence"] if isinstance(ep["evidence"], dict) else {}
             job = evidence.get("job")
             counts[(ep["cluster"], ep["node"], "" if ep["gpu"] is None else str(ep["gpu"]), ep["cause"], ep["severity"],
@@ -345,7 +381,7 @@ class LaggardCollector:
             active.add(labels, n)
         return [active]
 
-    def _counter_families(self, rows: list[tuple[str, dict[str, str], float]]) -> list[Family]:
+    def _counter_families(self, rows: list[tuple[str, dict[str, str], float]], sel: Selection) -> list[Family]:
         by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
         for name, labels, value in rows:
             by_name[name].append((labels, value))
@@ -360,7 +396,7 @@ class LaggardCollector:
             if name.startswith(DURATION):
                 continue
             help_text, order = COUNTER_META.get(name, ("Laggard counter.", ()))
-            entries = by_name[name]
+            entries = by_name[name] if sel.whole else [e for e in by_name[name] if sel.takes_labels(e[0])]
             labelnames = order or tuple(sorted({k for labels, _ in entries for k in labels}))
             if not name.endswith("_total"):
                 continue  # not a counter we know how to expose
@@ -368,7 +404,10 @@ class LaggardCollector:
             for labels, value in sorted(entries, key=lambda e: tuple(e[0].get(k, "") for k in labelnames)):
                 fam.add(tuple(labels.get(k, "") for k in labelnames), value)
             out.append(fam)
-        out.append(self._latency_histogram(by_name))
+        histogram = self._latency_histogram(by_name)
+        if not sel.takes_unclustered:
+            histogram.hist.clear()
+        out.append(histogram)
         return out
 
     @staticmethod
@@ -391,17 +430,21 @@ class LaggardCollector:
     def _detection_families(self, state: dict[str, Any], now: float) -> list[Family]:
         lag = Family("laggard_detection_lag_seconds", "gauge",
                      "Wall-clock time now minus the sample time the detector has judged up to, per cluster.", ("cluster",))
+        sel: Selection = state["selection"]
         for key, value in sorted(state["progress"].items()):
-            if key.startswith("judged_until:") and math.isfinite(value):
+            if key.startswith("judged_until:") and math.isfinite(value) and sel.takes_cluster_level(key.removeprefix("judged_until:")):
                 lag.add((key.removeprefix("judged_until:"),), max(0.0, now - value))
         backlog = Family("laggard_detection_backlog_batches", "gauge", "Committed batches the detector has not read yet.")
-        backlog.add((), state["backlog"] or 0)
+        if sel.takes_unclustered:
+            backlog.add((), state["backlog"] or 0)
         if state["holders"] is None:
             return [lag, backlog]
         holder = Family("laggard_detection_lease_holder", "gauge",
                         "1 per cluster: the replica (application_name of its lock session) whose detector judges it; "
                         "replica=\"\" at 0 while no replica holds the cluster's lease (PostgreSQL).", ("cluster", "replica"))
         for cluster in sorted({n[1] for n in state["nodes"].values()}):
+            if not sel.takes_cluster_level(cluster):
+                continue
             name = state["holders"].get(bucket(cluster))
             holder.add((cluster, name or ""), 0 if name is None else 1)
         return [lag, backlog, holder]
@@ -411,6 +454,8 @@ class LaggardCollector:
                          ("receiver",))
         oldest = Family("laggard_alert_oldest_pending_age_seconds", "gauge", "Age of the oldest undelivered alert, by receiver.",
                         ("receiver",))
+        if not state["selection"].takes_unclustered:
+            return [pending, oldest]
         names = sorted(set(self.receivers()) | set(state["pending"]))
         for name in names:
             n, first = state["pending"].get(name, (0, None))
@@ -506,17 +551,40 @@ def _add_peer_deviation(deviation: Family, groups: dict[str, list[tuple[tuple[st
             deviation.values += [r / median - 1.0 for _, r in members]
 
 
-def _fetch_plain(conn: Connection, sql: str, cutoff: float) -> list[tuple]:
+def _fetch_plain(conn: Connection, sql: str, cutoff: float, ids: list[int] | None = None) -> list[tuple]:
     """Rows as the driver's plain tuples: at 10,000 GPUs, SQLAlchemy's Row objects cost more than
-    the query. (Booleans stay 0/1 on SQLite, which every reader here treats alike.)"""
+    the query. (Booleans stay 0/1 on SQLite, which every reader here treats alike.) `ids`: the
+    list a sliced query binds to :ids (an array on PostgreSQL, JSON for SQLite's json_each)."""
+    params: dict[str, Any] = {"cutoff": cutoff}
     if conn.dialect.name == "postgresql":
-        sql = sql.replace(":cutoff", "%(cutoff)s")
+        sql = sql.replace(":cutoff", "%(cutoff)s").replace(":ids", "%(ids)s")
+        params["ids"] = ids
+    else:
+        params["ids"] = json.dumps(ids)
     cursor = conn.connection.dbapi_connection.cursor()
     try:
-        cursor.execute(sql, {"cutoff": cutoff})
+        cursor.execute(sql, params)
         return cursor.fetchall()
     finally:
         cursor.close()
+
+
+def _gpu_ids_in(conn: Connection, nodes: dict[int, Any], peer_scopes: dict[int, str], sel: Selection) -> list[int]:
+    """The GPUs whose series live in a sharded slice: those whose peer group falls in its shard
+    (server/metrics/selection.py), worked out once per node, model and workload."""
+    takes: dict[tuple[int, str | None, str | None], bool] = {}
+    out = []
+    for gpu_id, node_id, model in conn.execute(text("SELECT id, node_id, model FROM gpus")):
+        node = nodes.get(node_id)
+        if node is None or not sel.takes_cluster(node[1]):
+            continue
+        key = (node_id, model, peer_scopes.get(gpu_id))
+        if key not in takes:
+            group = peer_group(cluster=node[1], model=model, labels=node[3] or {}, workload=key[2])
+            takes[key] = sel.takes_peer_group(node[1], group)
+        if takes[key]:
+            out.append(gpu_id)
+    return out
 
 
 def to_prometheus(fam: Family):

@@ -12,6 +12,9 @@ from server.metrics.collector import LaggardCollector
 from server.metrics.exporter import FleetExporter
 from server.metrics.ingest import IngestMetricsMiddleware, IngestRecorder
 from server.metrics.maintainer import MetricsMaintainer
+from server.metrics.selection import Selection
+
+MAX_SLICE_RENDERERS = 64  # slices whose line heads are kept between scrapes
 
 
 def install(app: FastAPI) -> None:
@@ -21,6 +24,7 @@ def install(app: FastAPI) -> None:
     recorder = IngestRecorder()
     app.state.ingest_metrics = recorder
     app.state.metrics_renderer = Renderer()
+    app.state.metrics_slice_renderers = {}
     app.add_middleware(IngestMetricsMiddleware, recorder=recorder)
     registry = CollectorRegistry(auto_describe=True)
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
@@ -40,3 +44,14 @@ def start(app: FastAPI, engine: Engine, *, is_leader: Callable[[], bool], receiv
     maintainer.start()
     app.state.metrics_maintainer = maintainer
     return maintainer
+
+
+def renderer_for(state, selection: Selection) -> Renderer:
+    """The text writer of a selection. One per slice: a Renderer keeps each family's line heads
+    from its last scrape, which slices taking turns would overwrite every time."""
+    if selection.whole:
+        return state.metrics_renderer
+    renderers: dict[Selection, Renderer] = state.metrics_slice_renderers
+    if selection not in renderers and len(renderers) >= MAX_SLICE_RENDERERS:
+        renderers.clear()
+    return renderers.setdefault(selection, Renderer())

@@ -155,7 +155,8 @@ def test_cache_serves_fresh_hints_then_recomputes(sqlite_url):
     with collector(settings_for(sqlite_url)) as (server, engine):
         push_fleet(server.url, ["a", "b"], 0, 1)
         clock = Clock()
-        cache = HintsCache(engine, HintSettings(cache_ttl_s=2.0, max_stale_s=30.0), clock=clock)
+        # refresh_ahead_s=0: this checks the TTL alone (test_cache_refreshes_ahead_of_the_ttl has the rest).
+        cache = HintsCache(engine, HintSettings(cache_ttl_s=2.0, max_stale_s=30.0, refresh_ahead_s=0), clock=clock)
         first = cache.get("prod")
         open_episode(engine, node="a", gpu=0, cause="xid", severity="critical", onset=T0)
         clock.now += 1.9
