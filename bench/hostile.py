@@ -58,6 +58,7 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=32, help="well-behaved agents")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between an agent's pushes")
     p.add_argument("--heavy-threads", type=int, default=4)
+    p.add_argument("--heavy-samples", type=int, default=1000, help="samples of 64 GPUs in each heavy batch (1,000: the most allowed)")
     p.add_argument("--parts", default="heavy,garbage,names,slow", help="which parts of the hostile load to run")
     p.add_argument("--max-rss-mb", type=float, default=400.0)
     p.add_argument("--same-process", action="store_true",
@@ -160,7 +161,7 @@ def _hostile_threads(args, base: str, tokens: dict[str, str], port: int, parts: 
     answers: dict[str, Counter] = {k: Counter() for k in ("heavy", "garbage", "names", "slow")}
     threads = []
     if "heavy" in parts:
-        heavy_bodies = [_heavy_body(k) for k in range(4)]
+        heavy_bodies = [_heavy_body(k, args.heavy_samples) for k in range(4)]
         threads += [threading.Thread(target=_heavy, args=(base, tokens["heavy"], heavy_bodies, stop, answers["heavy"]), daemon=True)
                     for _ in range(args.heavy_threads)]
     if "garbage" in parts:
@@ -212,12 +213,12 @@ def _agent(base: str, token: str, i: int, interval: float, stop: threading.Event
             next_at = max(next_at + interval, time.monotonic() - interval)  # open loop; a late push does not pile up
 
 
-def _heavy_body(k: int) -> bytes:
-    """The largest batch the limits allow: 1,000 samples x 64 GPUs (identity and a few readings,
-    to stay under the 16 MiB body limit), gzip."""
+def _heavy_body(k: int, samples: int) -> bytes:
+    """By default the largest batch the limits allow: 1,000 samples x 64 GPUs (identity and a
+    few readings, to stay under the 16 MiB body limit), gzip."""
     t0 = time.time() - 7200 + k * 1000
     gpus = [{"index": g, "uuid": f"GPU-heavy-{g:02d}", "temp_c": 50.0 + g % 7, "power_w": 300.0 + g} for g in range(64)]
-    body = {"version": 1, "node": "heavy-0", "cluster": CLUSTER, "samples": [{"ts": t0 + s, "gpus": gpus} for s in range(1000)]}
+    body = {"version": 1, "node": "heavy-0", "cluster": CLUSTER, "samples": [{"ts": t0 + s, "gpus": gpus} for s in range(samples)]}
     return gzip.compress(json.dumps(body).encode(), compresslevel=1)
 
 
