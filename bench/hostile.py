@@ -64,6 +64,9 @@ def main() -> int:
     p.add_argument("--same-process", action="store_true",
                    help="run the hostile load on threads of this process, beside the fleet's (as before 2026-12-05): "
                         "the fleet's timings then include waiting for this process's own GIL")
+    p.add_argument("--offenders-nice", type=int, default=0,
+                   help="the offenders' process runs at this nice level (19: its own CPU yields to the collector's and the "
+                        "fleet's, as offenders on other machines would not compete for this one's cores)")
     p.add_argument("--collector-env", action="append", default=[], metavar="NAME=VALUE", help="extra environment of the collector")
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--keep-log", default=None, metavar="PATH", help="copy the collector's log here")
@@ -175,6 +178,7 @@ def _hostile_threads(args, base: str, tokens: dict[str, str], port: int, parts: 
 
 def _hostile_process(args, base: str, tokens: dict[str, str], port: int, parts: list[str], seconds: float, ready, results) -> None:
     """The hostile load for `seconds`, in a process of its own; its answers go to `results`."""
+    os.nice(args.offenders_nice)
     stop = threading.Event()
     answers, threads = _hostile_threads(args, base, tokens, port, set(parts), stop)
     ready.set()
