@@ -26,7 +26,7 @@ from bench.bodies import gpu_record  # noqa: E402
 from bench.hostile import _heavy_body  # noqa: E402
 from server.detect.service import DetectionService  # noqa: E402
 from server.detect.settings import DetectionSettings  # noqa: E402
-from server.ingest import decode_rows  # noqa: E402
+from server.ingest.decode import decode_rows  # noqa: E402
 from server.store import migrate  # noqa: E402
 from server.store.engine import make_engine  # noqa: E402
 from server.store.writer import IngestWriter  # noqa: E402

@@ -16,31 +16,30 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from server import __version__, interpreter, memory
-from server.admission import Admission
 from server.alerts import runtime as alerts_runtime
 from server.api import (
-    acks,
     docs,
     gpus,
     health,
-    hints,
     metrics,
     nodes,
-    samples,
-    scheduler,
     stragglers,
-    token_self,
-    tokens,
 )
 from server.api.text_params import refuse_control_characters
+from server.auth import router as tokens_router
+from server.auth import self_router as token_self_router
 from server.auth.guard import Authenticator, require
 from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import ADMIN, AGENT, READ, SCHEDULER, SCOPES
-from server.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.detect.service import DetectionService
 from server.errors import ApiError, pydantic_details
+from server.hints import acks_router, extender_router
+from server.hints import router as hints_router
 from server.hints.held import held_fault_ids
 from server.hints.service import HintsCache
+from server.ingest import router as ingest_router
+from server.ingest.admission import Admission
+from server.ingest.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
 from server.settings import Settings, replica_name
@@ -82,16 +81,16 @@ def create_app(settings: Settings) -> FastAPI:
 def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
     """Each router and the scopes that open it (admin opens all; none: open to anyone)."""
     return [
-        (samples, (AGENT,)),
+        (ingest_router, (AGENT,)),
         (nodes, (READ,)),
         (gpus, (READ,)),
         (stragglers, (READ,)),
-        (hints, (READ, SCHEDULER)),
-        (scheduler, () if settings.scheduler_public else (SCHEDULER,)),
+        (hints_router, (READ, SCHEDULER)),
+        (extender_router, () if settings.scheduler_public else (SCHEDULER,)),
         (metrics, () if settings.metrics_public else (READ,)),
-        (tokens, (ADMIN,)),
-        (token_self, SCOPES),
-        (acks, (ADMIN,)),
+        (tokens_router, (ADMIN,)),
+        (token_self_router, SCOPES),
+        (acks_router, (ADMIN,)),
         (health, ()),
         (docs, ()),
         (ui, ()),  # the status page checks the read scope itself: a login form for browsers (server/ui/auth.py)

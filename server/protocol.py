@@ -18,7 +18,7 @@ from typing_extensions import NotRequired, TypedDict
 # No control characters (C0 and DEL) in any text: PostgreSQL refuses NUL in text columns
 # (stored on SQLite, a 500 on PostgreSQL), and a newline in a name forges log lines and Slurm
 # reasons. Node and cluster names are fetched back as one URL path segment, so no "/" either.
-# "^[^...]*$" is the one pattern form server/protocol_decoder.py carries over to msgspec.
+# "^[^...]*$" is the one pattern form server/ingest/protocol_decoder.py carries over to msgspec.
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 PATH_SEGMENT = r"^[^\x00-\x1f\x7f/]*$"
 # What a failed pattern means, in words (server/errors.py puts these in the error message).
@@ -62,7 +62,7 @@ _wire = with_config(ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 @_wire
 class Xid(TypedDict):
     xid: Annotated[int, Field(ge=0, le=65535)]
-    ts: Annotated[float, Field(gt=0)]  # and not in the future (server/ingest.py), like a sample's
+    ts: Annotated[float, Field(gt=0)]  # and not in the future (server/ingest/decode.py), like a sample's
 
 
 # What uses a GPU (issue #15, agent/workload/): names as Kubernetes and Slurm allow them.

@@ -7,10 +7,10 @@ import socket
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from server.admission_settings import IngestLimits
 from server.alerts.settings import AlertSettings
 from server.detect.settings import DetectionSettings
 from server.hints.settings import HintSettings
+from server.ingest.settings import IngestLimits
 from server.metrics.settings import MetricsSettings
 from server.store.engine import SQLITE_MMAP_MB
 
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
         return 1 if self.is_sqlite else 4
 
 
-# `laggard` flags that name a setting (server/cli.py).
+# `laggard` flags that name a setting (server/cli/main.py).
 FLAG_SETTINGS = ("database_url", "host", "port", "workers", "tls_cert_file", "tls_key_file", "insecure")
 
 

@@ -2,7 +2,7 @@
 
 A request is a poor measure: a push of one sample of 8 GPUs and a push of 1,000 samples of 64
 GPUs are both one request, and the second costs the writer 8,000 times as much. Two pure pieces,
-with the clock injected, used by server/admission.py:
+with the clock injected, used by server/ingest/admission.py:
 
 - WorkBudget: a bucket of work units (GPU-samples, node registrations) per key, refilled at
   `rate` per second up to `burst`. The cost of a batch is known only after it is decoded, so a

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
+from server.collector_client import CollectorUnavailable, add_server_flags, call_collector
 from server.hints.render import render_table
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
+from server.collector_client import CollectorUnavailable, add_server_flags, call_collector
 from server.protocol import DEFAULT_CLUSTER
 
 

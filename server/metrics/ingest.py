@@ -14,7 +14,7 @@ import time
 from bisect import bisect_left
 
 LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
-# Rejections the ingest route answers (server/ingest.py, server/api/samples.py); exposed at 0
+# Rejections the ingest route answers (server/ingest/decode.py, server/ingest/router.py); exposed at 0
 # from the start so that rate() has a series before the first one happens.
 KNOWN_REJECT_CODES: tuple[int, ...] = (400, 401, 403, 408, 409, 413, 415, 422, 429, 500, 503, 507)
 

@@ -16,7 +16,7 @@ from server.store import schema, workloads
 from server.store.bulk_insert import BulkInsert
 from server.store.ids import Claimant, IdResolver
 
-# `lost` defaults to False, not NULL (server/protocol_decoder.py): a flag, not a reading.
+# `lost` defaults to False, not NULL (server/ingest/protocol_decoder.py): a flag, not a reading.
 assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
 # Rows are bound by position (unresolved_rows): after the key and ts, each sample table's columns
 # are the protocol's metric keys in the protocol's order. A new key goes last in both.
@@ -88,7 +88,7 @@ def _with_ids(flat: list, ids: list[int], width: int) -> list:
 
 
 def unresolved_rows(batch: Any, *, clusters: frozenset[str] | None = None, nodes: frozenset[str] | None = None) -> UnresolvedBatch:
-    """A validated batch (msgspec Structs, server/protocol_decoder.py) as rows keyed by the
+    """A validated batch (msgspec Structs, server/ingest/protocol_decoder.py) as rows keyed by the
     batch's own GPUs and NICs (their position in `gpus` / `nics`), not yet by database ids:
     what a writer, in this process or in the writer process (writer_service.py), turns into
     rows to insert. `clusters` and `nodes` are what the pushing token may write (None: any):

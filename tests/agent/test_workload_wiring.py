@@ -68,7 +68,7 @@ def test_each_gpu_sample_carries_its_workload(tmp_path):
         assert json.loads(raw) == json.loads(json.dumps(body))
         wire = json.loads(raw)["samples"][0]["gpus"]
         assert wire[0]["workload"]["pod_uid"] == UID and wire[2]["workload"]["kind"] is None and wire[3]["workload"] is None
-        from server.protocol_decoder import BATCH_STRUCT_DECODER
+        from server.ingest.protocol_decoder import BATCH_STRUCT_DECODER
 
         decoded = BATCH_STRUCT_DECODER.decode(raw)
         assert decoded.samples[0].gpus[1].workload["slurm_job_id"] == "4242"

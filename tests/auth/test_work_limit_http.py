@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from server.admission_settings import IngestLimits
+from server.ingest.settings import IngestLimits
 from server.settings import Settings
 from server.store import schema
 from tests.auth.conftest import SecureCollector

@@ -19,7 +19,7 @@ from agent.cli import parse_config, parse_simulate
 from agent.sim.faults import parse_fault_spec
 from agent.sim.infiniband import is_ib_fault
 from server.alerts.routing import load_routing
-from server.cli import _parser as laggard_parser
+from server.cli.main import _parser as laggard_parser
 from tests.deploy.tools import REPO, VENV_BIN, require_tool
 
 COMPOSE_FILE = REPO / "docker-compose.yml"

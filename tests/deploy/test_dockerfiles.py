@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from agent.cli import parse_config
-from server.cli import _parser as laggard_parser
+from server.cli.main import _parser as laggard_parser
 from tests.deploy.tools import REPO
 
 DOCKER = REPO / "deploy" / "docker"

@@ -21,7 +21,7 @@ import yaml
 from agent.cli import parse_config
 from agent.k8s_labels import build_parser as k8s_labels_parser
 from agent.k8s_labels import parse_map
-from server.cli import _parser as laggard_parser
+from server.cli.main import _parser as laggard_parser
 from tests.deploy.tools import REPO, VENV_BIN, require_tool
 
 KUBE = REPO / "deploy" / "kubernetes"

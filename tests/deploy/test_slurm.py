@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from agent.cli import parse_config
-from server.cli import _parser as laggard_parser
+from server.cli.main import _parser as laggard_parser
 from tests.deploy.tools import REPO, VENV_BIN, require_tool
 
 SLURM = REPO / "deploy" / "slurm"
@@ -91,7 +91,7 @@ def test_slurm_sync_unit_runs_the_real_command_from_its_timer():
     assert (args.command, args.apply, args.cluster, args.interval) == ("slurm-sync", True, env["LAGGARD_CLUSTER"], None)
     service = unit("laggard-slurm-sync.service")["Service"]
     assert service["Type"] == "oneshot" and service["EnvironmentFile"] == "/etc/laggard/slurm-sync.env"
-    assert "LAGGARD_SERVER" in env and "LAGGARD_TOKEN" in env  # read by `laggard slurm-sync` (server/cli_client.py)
+    assert "LAGGARD_SERVER" in env and "LAGGARD_TOKEN" in env  # read by `laggard slurm-sync` (server/collector_client.py)
     timer = unit("laggard-slurm-sync.timer")
     assert timer["Timer"]["OnUnitInactiveSec"] and timer["Install"]["WantedBy"] == "timers.target"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from server.app import create_app
-from server.cli import main
+from server.cli.main import main
 from server.detect.settings import DetectionSettings
 from server.serve import start_in_thread
 from server.settings import Settings

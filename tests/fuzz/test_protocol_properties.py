@@ -1,4 +1,4 @@
-"""Hypothesis properties of the ingest validator (server/ingest.py parse_batch, msgspec with
+"""Hypothesis properties of the ingest validator (server/ingest/decode.py parse_batch, msgspec with
 pydantic explaining rejections):
 - every document the published JSON Schema allows is accepted, and decodes to what was sent;
 - one field replaced by any JSON value: msgspec and pydantic agree on accept or reject, and a
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from server.errors import ApiError
-from server.ingest import parse_batch
+from server.ingest.decode import parse_batch
 from server.protocol import BATCH, Batch
 from tests.fuzz.schema_strategy import from_json_schema
 

@@ -12,7 +12,7 @@ import pytest
 
 from server.app import create_app
 from server.auth.store import create_token
-from server.cli import main as laggard
+from server.cli.main import main as laggard
 from server.hints.held import held_fault_ids
 from server.serve import start_in_thread
 from server.settings import Settings

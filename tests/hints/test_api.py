@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from server.cli import main as laggard
+from server.cli.main import main as laggard
 from server.hints.service import HintsCache
 from server.hints.settings import HintSettings
 from server.store.engine import make_engine

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.cli import main as laggard
+from server.cli.main import main as laggard
 from server.hints import k8s_sync, slurm_sync
 from server.hints.compute import KnownNode, compute_hints
 from server.hints.render import by_node_name

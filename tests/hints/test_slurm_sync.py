@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from server.cli import main as laggard
+from server.cli.main import main as laggard
 from server.hints.settings import HintSettings
 from server.hints.slurm_sync import (
     MAX_WEIGHT,

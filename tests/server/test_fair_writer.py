@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import event, func, select
 
-from server.ingest import decode_rows
+from server.ingest.decode import decode_rows
 from server.store import migrate, schema
 from server.store.engine import make_engine
 from server.store.fair_queue import CLOSED, FairQueue

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from server.errors import ApiError
-from server.ingest import parse_batch
+from server.ingest.decode import parse_batch
 from server.protocol import WORKLOAD_FIELDS
 from server.store import schema, workloads
 from server.store.samples import unresolved_rows

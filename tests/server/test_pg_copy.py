@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, text
 
 from server import protocol
-from server.ingest import decode_rows
+from server.ingest.decode import decode_rows
 from server.store import migrate, pg_copy, samples, schema, workloads
 from server.store.bulk_insert import BulkInsert
 from server.store.engine import database_unavailable, make_engine

@@ -1,4 +1,4 @@
-"""The msgspec decoder ingest runs (server/protocol_decoder.py) against the pydantic
+"""The msgspec decoder ingest runs (server/ingest/protocol_decoder.py) against the pydantic
 definition it is derived from: same verdict, same output, on the same bytes."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from pydantic import ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from server.ingest.protocol_decoder import BATCH_DECODER, BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, UntranslatableConstraint, derive
 from server.protocol import BATCH, DEFAULT_CLUSTER
-from server.protocol_decoder import BATCH_DECODER, BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, UntranslatableConstraint, derive
 from tests.server.payloads import batch
 
 

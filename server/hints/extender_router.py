@@ -17,9 +17,9 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from server.api.hints import snapshot
 from server.errors import ApiError
 from server.hints import extender
+from server.hints.router import snapshot
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/scheduler", tags=["scheduler"])

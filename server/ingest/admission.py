@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 
 from sqlalchemy import Engine, select
 
-from server.admission_settings import IngestLimits
 from server.auth.ratelimit import RateLimiter
 from server.auth.tokens import Principal
 from server.auth.worklimit import ConcurrencyCap, WorkBudget
 from server.errors import ApiError
+from server.ingest.settings import IngestLimits
 from server.store import schema
 from server.store.samples import UnresolvedBatch
 from server.store.slices import row_count

@@ -1,4 +1,5 @@
-"""What the CLI commands that talk to a running collector share: its URL and the token."""
+"""What the CLI commands that talk to a running collector share (laggard stragglers, hints, ack,
+k8s-sync, slurm-sync): its URL and the token. It sits below the domains' commands, which import it."""
 
 from __future__ import annotations
 

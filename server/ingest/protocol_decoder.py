@@ -6,7 +6,7 @@ builds the same plain dicts about twice as fast as pydantic-core (docs/performan
 shapes are translated here, constraint by constraint, once at import. A constraint this module
 does not know how to translate fails the import: the two validators can never quietly drift
 apart. Rejected bodies are validated again by pydantic, whose error list names every bad field
-(server/ingest.py); tests/server/test_protocol_decoder.py holds the two to the same verdicts.
+(server/ingest/decode.py); tests/server/test_protocol_decoder.py holds the two to the same verdicts.
 """
 
 from __future__ import annotations
@@ -225,6 +225,6 @@ def _with_raw_samples(batch: type) -> type:
 
 BATCH_DECODER = msgspec.json.Decoder(derive(Batch))  # plain dicts, as pydantic builds them
 BATCH_STRUCT_DECODER = BatchStructDecoder()  # what ingest uses
-# For a body that cannot hold a control character (server/ingest.py): the same, without
+# For a body that cannot hold a control character (server/ingest/decode.py): the same, without
 # checking every string for one, which took decoding from ~130 to ~300 µs per typical body.
 PRINTABLE_BATCH_STRUCT_DECODER = BatchStructDecoder(holds=frozenset({PRINTABLE}))

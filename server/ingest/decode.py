@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from server.auth.tokens import ADMIN, ANONYMOUS, Principal
 from server.errors import ApiError, pydantic_details
+from server.ingest.protocol_decoder import BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, BatchStructDecoder
 from server.protocol import BATCH, Batch
-from server.protocol_decoder import BATCH_STRUCT_DECODER, PRINTABLE_BATCH_STRUCT_DECODER, BatchStructDecoder
 from server.store.samples import UnresolvedBatch, unresolved_rows
 
 

@@ -8,8 +8,10 @@ import os
 import signal
 import sys
 
-from server import __version__, cli_errors, cli_stragglers
+from server import __version__
 from server.auth import cli as cli_tokens
+from server.cli import errors as cli_errors
+from server.cli import stragglers as cli_stragglers
 from server.hints import cli as cli_hints
 from server.hints import cli_ack
 from server.settings import Settings, settings_from_flags
@@ -261,6 +263,3 @@ def _redact(url: str) -> str:
 
     return make_url(url).render_as_string(hide_password=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

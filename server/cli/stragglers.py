@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import sys
 
-from server.cli_client import CollectorUnavailable, add_server_flags, call_collector
+from server.collector_client import CollectorUnavailable, add_server_flags, call_collector
 
 COLUMNS = ("ID", "CLUSTER", "NODE", "GPU", "CAUSE", "SEVERITY", "SINCE", "SUMMARY")
 

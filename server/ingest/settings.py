@@ -1,4 +1,4 @@
-"""Settings of the work-based ingest limits (LAGGARD_INGEST_LIMITS__<NAME>; server/admission.py)."""
+"""Settings of the work-based ingest limits (LAGGARD_INGEST_LIMITS__<NAME>; server/ingest/admission.py)."""
 
 from __future__ import annotations
 

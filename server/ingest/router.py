@@ -9,7 +9,7 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from server.errors import ApiError
-from server.ingest import content_is_gzip, decode_rows, read_body
+from server.ingest.decode import content_is_gzip, decode_rows, read_body
 from server.store.engine import database_unavailable, disk_full
 from server.store.ids import GpuClaimConflict
 from server.store.writer_service import WriterDiskFull, WriterUnavailable
@@ -28,7 +28,7 @@ async def post_samples(request: Request) -> Response:
     # The collector's hot path: settings and writer come straight from the app state (no
     # dependency solving; a plain-def dependency would even cost two thread hand-offs), and
     # the answer is rendered here rather than validated and serialised by FastAPI.
-    # Limits by work (server/admission.py): in-flight requests and rows, per token and cluster.
+    # Limits by work (server/ingest/admission.py): in-flight requests and rows, per token and cluster.
     with request.app.state.admission.request(request.state.principal):
         return await _ingest(request)
 

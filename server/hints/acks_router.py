@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from server.api.hints import hints_cache
 from server.errors import ApiError
+from server.hints.router import hints_cache
 from server.protocol import DEFAULT_CLUSTER
 from server.store import acks as ack_store
 
