@@ -20,6 +20,7 @@ from server.hints.render import by_node_name
 from server.hints.settings import HintSettings
 from server.store import acks as ack_store
 from server.store import episodes, schema
+from server.store.driver_rows import driver_rows
 
 log = logging.getLogger(__name__)
 NodeT, GpuT, SampleT = schema.Node.__table__, schema.Gpu.__table__, schema.GpuSample.__table__
@@ -63,12 +64,7 @@ def _plain_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
     """The driver's own tuples for `sql` (qmark parameters on either database)."""
     if conn.dialect.name == "postgresql":
         sql = sql.replace("?", "%s")
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
+    return driver_rows(conn, sql, params)
 
 
 def _boot_time(agent_text: str | None) -> float | None:

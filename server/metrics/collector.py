@@ -34,6 +34,7 @@ from server.peer_groups import is_busy, peer_group, workload_job, workload_key
 from server.store import counters, schema
 from server.store.detector_state import backlog as backlog_of
 from server.store.detector_state import bucket, holder_names
+from server.store.driver_rows import driver_rows
 
 log = logging.getLogger(__name__)
 
@@ -561,12 +562,7 @@ def _fetch_plain(conn: Connection, sql: str, cutoff: float, ids: list[int] | Non
         params["ids"] = ids
     else:
         params["ids"] = json.dumps(ids)
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
+    return driver_rows(conn, sql, params)
 
 
 def _gpu_ids_in(conn: Connection, nodes: dict[int, Any], peer_scopes: dict[int, str], sel: Selection) -> list[int]:

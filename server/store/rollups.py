@@ -2,9 +2,12 @@
 
 A minute is rolled up once it is closed: `delay_s` (the lateness allowance) behind now, so that
 agents' late pushes have landed. Each run rolls the closed minutes after `through_minute` in
-steps of a few minutes, each step one transaction that also advances the progress row: a crash
-loses at most the step under way, which the next run does again. Rows are upserted from the raw
-samples of the whole minute, so doing a minute twice gives the same row (idempotent).
+steps of ten minutes (an hour at most per run), the progress row moving after each step: a
+crash loses at most the step under way, which the next run does again. Within a step, each
+chunk of series is aggregated in a read transaction and written in a short write transaction
+of its own (SQLite has one writer: ingest must not wait for the aggregation). Rows are upserted
+from the raw samples of the whole minute, so doing a minute twice gives the same row
+(idempotent). Only series whose node reported since the step began are read.
 
 A batch stored after its minutes were rolled up (an agent replaying its spool after an outage)
 is found in the ingest log: the minutes it covers are rolled up again for its node, as long as
@@ -23,8 +26,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from server.store import schema
 
-IDS_PER_QUERY = 500
-STEP_MINUTES = 10  # minutes per transaction: short enough that ingest on SQLite barely waits
+IDS_PER_QUERY = 200  # series per read and per write transaction
+STEP_MINUTES = 10  # minutes per step; the progress row moves after each
+MAX_STEPS_PER_RUN = 6  # a run catches up an hour at most: a backlog is worked off over several runs
 # The ingest log's ids are assigned at insert, not at commit: a batch committed late can carry an
 # id below one already seen. Log rows committed this recently are looked at again next run.
 LOG_SETTLE_S = 60.0
@@ -54,6 +58,7 @@ NIC = RolledTable(schema.NicSample.__table__, schema.NicRollupT, "nic_id", schem
 TABLES = (GPU, NIC)
 ProgressT = schema.RollupProgress.__table__
 LogT = schema.IngestLog.__table__
+NodeT = schema.Node.__table__
 _SIXTY = literal_column("60.0")  # a float literal: a bound 60 would make PostgreSQL divide as numeric
 
 
@@ -68,18 +73,29 @@ def roll_up(engine: Engine, *, now: float, delay_s: float, keep_raw_s: float) ->
 
 def _roll_table(engine: Engine, table: RolledTable, *, closed: int, oldest: int, now: float) -> int:
     with engine.begin() as conn:
-        through, log_id = _progress(conn, table, default=oldest)
+        through, log_id = _progress(conn, table, default=max(oldest, _first_minute(conn, default=closed)))
         settled = conn.execute(select(func.max(LogT.c.id)).where(LogT.c.committed_at < now - LOG_SETTLE_S)).scalar() or 0
-        written = _roll_late(conn, table, log_id=log_id, before=through, oldest=oldest)
+        late = _late_batches(conn, log_id=log_id, before=through)
+    written = _roll_late(engine, table, late, before=through, oldest=oldest)
+    with engine.begin() as conn:
         _save_progress(conn, table, through, max(log_id, settled))
-    start = max(through, oldest)
-    while start < closed:
+    start, steps = max(through, oldest), 0
+    while start < closed and steps < MAX_STEPS_PER_RUN:
         end = min(start + STEP_MINUTES, closed)
+        with engine.connect() as conn:
+            ids = _series_seen_since(conn, table, start)
+        written += _roll_minutes(engine, table, ids=ids, first=start, end=end)
         with engine.begin() as conn:
-            written += _roll_minutes(conn, table, ids=_all_series(conn, table), first=start, end=end)
             conn.execute(update(ProgressT).where(ProgressT.c.samples_table == table.samples.name).values(through_minute=end))
-        start = end
+        start, steps = end, steps + 1
     return written
+
+
+def _first_minute(conn: Connection, *, default: int) -> int:
+    """The minute of the first sample any node sent (a first run starts there, not a whole raw
+    horizon of empty minutes earlier)."""
+    first = conn.execute(select(func.min(NodeT.c.first_seen))).scalar()
+    return default if first is None else math.floor(first / 60)
 
 
 def _progress(conn: Connection, table: RolledTable, *, default: int) -> tuple[int, int]:
@@ -95,43 +111,60 @@ def _save_progress(conn: Connection, table: RolledTable, through: int, log_id: i
     conn.execute(update(ProgressT).where(ProgressT.c.samples_table == table.samples.name).values(through_minute=through, log_id=log_id))
 
 
-def _roll_late(conn: Connection, table: RolledTable, *, log_id: int, before: int, oldest: int) -> int:
-    """Roll up again, node by node, the minutes before `before` that batches logged after
-    `log_id` covered."""
-    late = conn.execute(
+def _late_batches(conn: Connection, *, log_id: int, before: int) -> list[tuple[int, float, float]]:
+    """Per node, the sample-time span of the batches logged after `log_id` that reach before
+    minute `before` (already rolled up)."""
+    return [tuple(row) for row in conn.execute(
         select(LogT.c.node_id, func.min(LogT.c.min_ts), func.max(LogT.c.max_ts))
         .where(LogT.c.id > log_id, LogT.c.min_ts < before * 60)
         .group_by(LogT.c.node_id)
-    ).all()
+    ).all()]
+
+
+def _roll_late(engine: Engine, table: RolledTable, late: list[tuple[int, float, float]], *, before: int, oldest: int) -> int:
+    """Roll up again, node by node, the minutes before `before` that late batches covered."""
     written = 0
     for node_id, min_ts, max_ts in late:
         first = max(math.floor(min_ts / 60), oldest)
         end = min(math.floor(max_ts / 60) + 1, before)
         if first < end:
-            ids = conn.execute(select(table.inventory.c.id).where(table.inventory.c.node_id == node_id)).scalars().all()
-            written += _roll_minutes(conn, table, ids=ids, first=first, end=end)
+            with engine.connect() as conn:
+                ids = conn.execute(select(table.inventory.c.id).where(table.inventory.c.node_id == node_id)).scalars().all()
+            written += _roll_minutes(engine, table, ids=ids, first=first, end=end)
     return written
 
 
-def _all_series(conn: Connection, table: RolledTable) -> list[int]:
-    return conn.execute(select(table.inventory.c.id).order_by(table.inventory.c.id)).scalars().all()
+def _series_seen_since(conn: Connection, table: RolledTable, minute: int) -> list[int]:
+    """Series whose node has reported since the minute began: nodes long gone (or names an
+    agent invented once) are not probed minute after minute."""
+    inventory = table.inventory
+    return conn.execute(
+        select(inventory.c.id).join(NodeT, NodeT.c.id == inventory.c.node_id).where(NodeT.c.last_seen >= minute * 60)
+        .order_by(inventory.c.id)
+    ).scalars().all()
 
 
-def _roll_minutes(conn: Connection, table: RolledTable, *, ids: list[int], first: int, end: int) -> int:
-    """Upsert the rollups of minutes [first, end) of these series from their raw samples."""
+def _roll_minutes(engine: Engine, table: RolledTable, *, ids: list[int], first: int, end: int) -> int:
+    """Upsert the rollups of minutes [first, end) of these series from their raw samples, a
+    chunk of series at a time: each chunk is read in a read transaction and written in a short
+    write transaction of its own, so that SQLite's one writer (ingest) never waits for the
+    aggregation itself."""
     written = 0
+    columns = [table.key, "minute", "samples", *_stat_columns(table), *table.last_values]
     for i in range(0, len(ids), IDS_PER_QUERY):
-        # Counted from RETURNING: SQLAlchemy reports no rowcount for this upsert on psycopg.
-        written += len(conn.execute(_upsert(conn, table, ids[i : i + IDS_PER_QUERY], first, end)).all())
+        with engine.connect() as conn:
+            rows = conn.execute(_minutes_from_raw(conn, table, ids[i : i + IDS_PER_QUERY], first, end)).all()
+        if rows:
+            with engine.begin() as conn:
+                conn.execute(_upsert(conn, table, columns), [dict(zip(columns, row)) for row in rows])
+            written += len(rows)
     return written
 
 
-def _upsert(conn: Connection, table: RolledTable, ids: list[int], first: int, end: int):
-    columns = [table.key, "minute", "samples", *_stat_columns(table), *table.last_values]
+def _upsert(conn: Connection, table: RolledTable, columns: list[str]):
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(table.rollup).from_select(columns, _minutes_from_raw(conn, table, ids, first, end))
-    stmt = stmt.on_conflict_do_update(index_elements=[table.key, "minute"], set_={c: stmt.excluded[c] for c in columns[2:]})
-    return stmt.returning(literal_column("1"))
+    stmt = dialect.insert(table.rollup)
+    return stmt.on_conflict_do_update(index_elements=[table.key, "minute"], set_={c: stmt.excluded[c] for c in columns[2:]})
 
 
 def _stat_columns(table: RolledTable) -> list[str]:
