@@ -8,8 +8,6 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Connection
 
-from server.settings import Settings
-
 
 def _connection(request: Request) -> Iterator[Connection]:
     with request.app.state.engine.connect() as conn:
@@ -19,8 +17,9 @@ def _connection(request: Request) -> Iterator[Connection]:
 ConnDep = Annotated[Connection, Depends(_connection)]
 
 
-def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+def _raw_retention_s(request: Request) -> float:
+    return request.app.state.settings.raw_retention_s
 
 
-SettingsDep = Annotated[Settings, Depends(_settings)]
+# How long raw samples are kept (the read API chooses raw samples or rollups by it).
+RawRetentionDep = Annotated[float, Depends(_raw_retention_s)]

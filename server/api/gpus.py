@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api.deps import ConnDep, SettingsDep
+from server.api.deps import ConnDep, RawRetentionDep
 from server.errors import ApiError
 from server.protocol import GPU_METRICS
 from server.store import queries, rollups, workloads
@@ -25,7 +25,7 @@ RAW_RANGE_S = 6 * 3600
 def gpu_series(
     uuid: str,
     conn: ConnDep,
-    settings: SettingsDep,
+    raw_retention_s: RawRetentionDep,
     metric: str = Query(..., description=f"one of: {', '.join(GPU_METRICS)}"),
     since: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: one hour before `until`"),
     until: float | None = Query(None, allow_inf_nan=False, description="epoch seconds; default: now"),
@@ -47,7 +47,7 @@ def gpu_series(
     if gpu is None:
         raise ApiError(404, f"unknown GPU {uuid!r}", loc=["path", "uuid"], type="not_found")
     if resolution == "auto":
-        resolution = "raw" if until - since <= RAW_RANGE_S and _raw_covers(conn, gpu["id"], since, now - settings.raw_retention_s) else "1m"
+        resolution = "raw" if until - since <= RAW_RANGE_S and _raw_covers(conn, gpu["id"], since, now - raw_retention_s) else "1m"
     if resolution == "raw":
         columns = ["ts", "value"]
         points = queries.gpu_series(conn, gpu_id=gpu["id"], metric=metric, since=since, until=until, limit=limit)
