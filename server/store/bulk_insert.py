@@ -25,9 +25,7 @@ class BulkInsert:
         columns = ", ".join(f'"{c.name}"' for c in table.columns)
         self._head = f'INSERT INTO "{table.name}" ({columns}) VALUES '
         self._tail = " ON CONFLICT DO NOTHING"
-        placeholder = "?" if dialect_name == "sqlite" else "%s"
-        self._row = "(" + ", ".join(placeholder for _ in table.columns) + ")"
-        self._single = self._head + self._row + self._tail
+        self._row = "(" + ", ".join("?" for _ in table.columns) + ")"
         self._multi: dict[int, str] = {}
         self.width = len(table.columns)
         self._copy = CopyInsert(table) if dialect_name == "postgresql" else None
@@ -38,9 +36,6 @@ class BulkInsert:
             return
         if self._copy is not None:
             self._copy.execute(conn, rows)
-            return
-        if self.dialect_name != "sqlite":
-            conn.exec_driver_sql(self._single, rows)
             return
         start, size = 0, SQLITE_MAX_ROWS_PER_STATEMENT
         while start < len(rows):
@@ -57,9 +52,6 @@ class BulkInsert:
         width = self.width
         if self._copy is not None:
             self._copy.execute_flat(conn, flat)
-            return
-        if self.dialect_name != "sqlite":
-            conn.exec_driver_sql(self._single, list(zip(*[iter(flat)] * width)))
             return
         rows, start, size = len(flat) // width, 0, SQLITE_MAX_ROWS_PER_STATEMENT
         while start < rows:

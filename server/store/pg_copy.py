@@ -63,38 +63,38 @@ class CopyInsert:
     def execute_flat(self, conn: Connection, flat: list) -> None:
         """Insert rows laid end to end in one list, `width` values each; rows whose key is stored
         already, or repeated among them, are stored once."""
-        if not flat:
+        self.execute(conn, list(zip(*[iter(flat)] * self.width)))  # one tuple per row, built in C
+
+    def execute(self, conn: Connection, rows: list[tuple]) -> None:
+        if not rows:
             return
         driver_connection = conn.connection.driver_connection
         with driver_connection.cursor() as cursor:
             try:
-                self._insert(cursor, flat)
+                self._insert(cursor, rows)
             except psycopg.Error as exc:
                 raise _as_sqlalchemy_error(conn, exc, self._copy) from exc
 
-    def execute(self, conn: Connection, rows: list[tuple]) -> None:
-        self.execute_flat(conn, [value for row in rows for value in row])
-
-    def _insert(self, cursor: psycopg.Cursor, flat: list) -> None:
+    def _insert(self, cursor: psycopg.Cursor, rows: list[tuple]) -> None:
         cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
         try:
-            self._copy_rows(cursor, self._copy, flat)
+            self._copy_rows(cursor, self._copy, rows)
         except psycopg.errors.UniqueViolation:
             cursor.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-            self._insert_skipping_stored(cursor, flat)
+            self._insert_skipping_stored(cursor, rows)
         cursor.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
 
-    def _insert_skipping_stored(self, cursor: psycopg.Cursor, flat: list) -> None:
+    def _insert_skipping_stored(self, cursor: psycopg.Cursor, rows: list[tuple]) -> None:
         cursor.execute(self._create_staging)
         # Emptied at commit; emptied here too, for a second use within one transaction.
         cursor.execute(self._empty_staging)
-        self._copy_rows(cursor, self._copy_staging, flat)
+        self._copy_rows(cursor, self._copy_staging, rows)
         cursor.execute(self._merge_staging)
 
-    def _copy_rows(self, cursor: psycopg.Cursor, sql: str, flat: list) -> None:
+    def _copy_rows(self, cursor: psycopg.Cursor, sql: str, rows: list[tuple]) -> None:
         with cursor.copy(sql) as copy:
             copy.set_types(self.types)
-            for row in zip(*[iter(flat)] * self.width):  # one tuple per row, built in C
+            for row in rows:
                 copy.write_row(row)
 
 
