@@ -105,12 +105,9 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        if args.database_url:
-            from bench.ingest import _fresh_pg
+        from bench.ingest import fresh_database
 
-            url = _fresh_pg(args.database_url, "hints")
-        else:
-            url = f"sqlite:///{tmp}/hints.db"
+        url = fresh_database(args.database_url, tmp, "hints")
         result = run(url, gpus=args.gpus, requests=args.requests)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -386,6 +386,12 @@ def _report_size(database_url: str, gpu_samples: int) -> None:
           f"{per_gpu_sample:.0f} B per GPU-sample with its share of NIC samples")
 
 
+def fresh_database(admin_url: str | None, tmp: str, name: str) -> str:
+    """A fresh database for a bench run: one made on the PostgreSQL server at `admin_url`, or a
+    SQLite file in `tmp`."""
+    return _fresh_pg(admin_url, name) if admin_url else f"sqlite:///{tmp}/{name}.db"
+
+
 def _fresh_pg(admin_url: str, suffix: str) -> str:
     import psycopg
 
