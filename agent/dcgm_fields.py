@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agent.exposition import Family
+from agent.fields import GPU_READINGS, NIC_READINGS, Reading
 
 MIB = 1024 * 1024
 
@@ -41,66 +42,31 @@ class DcgmField(NamedTuple):
     help: str
     key: str  # the reading (a wire field, or one derived by _derive)
     extra: bool = False  # not in dcgm-exporter's default set nor on a dashboard: the collector exports it on request
+    divisor: float | None = None  # exported as reading / divisor
+    flag: bool = False  # a bool reading, exported as 0/1
 
 
-DCGM_FIELDS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz"),
-    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "mem_clock_mhz"),
-    DcgmField("DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "Maximum SM clock frequency (in MHz).", "sm_clock_max_mhz", extra=True),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temp_c"),
-    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp_c"),
-    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_w"),
-    DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "untyped", "Total energy consumed since the driver was last loaded (in mJ).",
-              "energy_mj_total"),
-    DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit that the driver enforces (in W).", "power_limit_w"),
-    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_gpu_pct"),
-    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "util_mem_pct"),
-    DcgmField("DCGM_FI_DEV_ENC_UTIL", "gauge", "Video encoder utilization (in %).", "util_enc_pct"),
-    DcgmField("DCGM_FI_DEV_DEC_UTIL", "gauge", "Video decoder utilization (in %).", "util_dec_pct"),
-    DcgmField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics/compute engine is active.", "_gr_engine_active"),
-    DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipes are active.", "_tensor_active"),
-    DcgmField("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of the device memory bandwidth in use (DRAM active).", "_dram_active"),
+def _from_table(reading: Reading) -> DcgmField:
+    series = reading.series
+    return DcgmField(series.name, series.type, series.help, reading.name, series.extra, series.divisor, reading.type is bool)
+
+
+# What dcgm-exporter reports in other units or as combinations of readings: computed by _derive.
+DERIVED_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free_mib"),
     DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "_fb_used_mib"),
-    DcgmField("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved by the driver and firmware (in MiB).", "_fb_reserved_mib"),
-    DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask of NVML clocks event reasons).",
-              "clocks_event_reasons"),
-    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe current link generation.", "pcie_gen"),
-    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "gauge", "PCIe max link generation.", "pcie_gen_max"),
-    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe current link width.", "pcie_width"),
-    DcgmField("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "gauge", "PCIe max link width.", "pcie_width_max"),
-    DcgmField("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "untyped", "Total number of PCIe retries.", "pcie_replay_total"),
-    DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus (in bytes per second).",
-              "pcie_tx_bytes_per_s", extra=True),
-    DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus (in bytes per second).",
-              "pcie_rx_bytes_per_s", extra=True),
     DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "untyped",
               "Total number of NVLink bandwidth counters for all lanes (bytes transmitted plus received).", "_nvlink_bytes"),
-    DcgmField("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink retries.", "nvlink_replay_errors_total", extra=True),
-    DcgmField("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "untyped", "Total number of NVLink recovery errors.",
-              "nvlink_recovery_errors_total", extra=True),
-    DcgmField("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "untyped", "Total number of single-bit persistent ECC errors.", "ecc_corrected_total", extra=True),
-    DcgmField("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "untyped", "Total number of double-bit persistent ECC errors.", "ecc_uncorrected_total", extra=True),
-    DcgmField("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "untyped", "Number of rows remapped for correctable errors.",
-              "remapped_rows_correctable_total"),
-    DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "untyped", "Number of rows remapped for uncorrectable errors.",
-              "remapped_rows_uncorrectable_total"),
-    DcgmField("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether a row remap has failed (1: no spare row left).", "_remap_failure"),
-    DcgmField("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.", "_remap_pending", extra=True),
 )
+# Every GPU reading with a series in agent/fields.py, then the derived ones.
+DCGM_FIELDS: tuple[DcgmField, ...] = (*(_from_table(r) for r in GPU_READINGS if r.series is not None), *DERIVED_FIELDS)
 XID_FIELD = DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid")
 
-# The wire readings each derived key (a key starting with "_", computed by _derive) is made of.
+# The wire readings each derived key is made of.
 DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "_fb_used_mib": ("mem_used_bytes", "mem_reserved_bytes"),
     "_fb_free_mib": ("mem_total_bytes", "mem_used_bytes"),
-    "_fb_reserved_mib": ("mem_reserved_bytes",),
     "_nvlink_bytes": ("nvlink_tx_bytes_total", "nvlink_rx_bytes_total"),
-    "_remap_pending": ("remapped_rows_pending",),
-    "_remap_failure": ("remapped_rows_failure",),
-    "_tensor_active": ("tensor_active_pct",),
-    "_gr_engine_active": ("gr_engine_active_pct",),
-    "_dram_active": ("dram_active_pct",),
 }
 
 
@@ -123,27 +89,25 @@ def dcgm_labels(*, index: int, uuid: str, model: str | None, hostname: str, clus
 
 
 def _derive(m: dict[str, Any]) -> dict[str, Any]:
-    """Add the readings dcgm-exporter reports in other units or combinations (in place)."""
+    """Add the readings dcgm-exporter reports as combinations of ours (in place)."""
     total, used, reserved = m.get("mem_total_bytes"), m.get("mem_used_bytes"), m.get("mem_reserved_bytes")
     # mem_used_bytes includes what the driver reserves (NVML's v1 "used"); dcgm-exporter's FB_USED
     # does not: FB_USED + FB_FREE + FB_RESERVED = the total. From an agent that does not send
     # the reserved part, FB_USED includes it and there is no FB_RESERVED series.
     m["_fb_used_mib"] = None if used is None else max(0, used - (reserved or 0)) / MIB
     m["_fb_free_mib"] = None if total is None or used is None else (total - used) / MIB
-    m["_fb_reserved_mib"] = None if reserved is None else reserved / MIB
     tx, rx = m.get("nvlink_tx_bytes_total"), m.get("nvlink_rx_bytes_total")
     m["_nvlink_bytes"] = None if tx is None or rx is None else tx + rx
-    remap = m.get("remapped_rows_pending")
-    m["_remap_pending"] = None if remap is None else int(remap)
-    failure = m.get("remapped_rows_failure")
-    m["_remap_failure"] = None if failure is None else int(failure)
-    tensor = m.get("tensor_active_pct")
-    m["_tensor_active"] = None if tensor is None else tensor / 100.0  # dcgm-exporter: a ratio
-    gr = m.get("gr_engine_active_pct")
-    m["_gr_engine_active"] = None if gr is None else gr / 100.0
-    dram = m.get("dram_active_pct")
-    m["_dram_active"] = None if dram is None else dram / 100.0
     return m
+
+
+def _exported(values: list[Any], field: DcgmField) -> list[Any]:
+    """Readings as dcgm-exporter writes them: flags as 0/1, percentages as ratios."""
+    if field.divisor is not None:
+        return [None if v is None else v / field.divisor for v in values]
+    if field.flag:
+        return [None if v is None else int(v) for v in values]
+    return values
 
 
 def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, extra: bool = True,
@@ -160,8 +124,7 @@ def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, ext
         if field.extra and not extra:
             continue
         fam = Family(field.name, field.type, field.help, labelnames)
-        key = field.key
-        values = [m.get(key) for m in readings]
+        values = _exported([m.get(field.key) for m in readings], field)
         if None in values:
             fam.keys = [labels for labels, v in zip(labels_list, values) if v is not None]
             fam.values = [v for v in values if v is not None]
@@ -172,15 +135,7 @@ def dcgm_families(gpus: Iterable[tuple[tuple[str, ...], dict[str, Any]]], *, ext
 
 
 NIC_LABELS = ("cluster", "node", "device", "port")
-_NIC_COUNTERS = (
-    ("tx_bytes_total", "laggard_nic_transmit_bytes_total", "Bytes transmitted by the IB/RoCE port."),
-    ("rx_bytes_total", "laggard_nic_receive_bytes_total", "Bytes received by the IB/RoCE port."),
-    ("symbol_errors_total", "laggard_nic_symbol_errors_total", "Port symbol errors."),
-    ("link_downed_total", "laggard_nic_link_downed_total", "Times the port link went down."),
-    ("rcv_errors_total", "laggard_nic_receive_errors_total", "Port receive errors."),
-    ("xmit_discards_total", "laggard_nic_transmit_discards_total", "Packets discarded by the port on transmit."),
-    ("xmit_wait_total", "laggard_nic_transmit_wait_ticks_total", "Ticks the port had data to send but no credits to send it."),
-)
+_NIC_COUNTERS = tuple((r.name, r.series.name, r.series.help) for r in NIC_READINGS if r.series is not None)
 
 
 def nic_families(ports: Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]) -> list[Family]:

@@ -11,6 +11,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.fields import GPU_READINGS, NIC_READINGS, Reading
 from agent.workload.record import Workload
 
 PROTOCOL_VERSION = 1
@@ -22,83 +23,30 @@ class XidEvent:
     ts: float
 
 
-@dataclass(slots=True)
-class GpuSample:
-    index: int
-    uuid: str
-    model: str | None = None
-    pci_bus_id: str | None = None
-    # True when NVML reports the GPU lost or unreachable; the metrics are then all None.
-    lost: bool = False
-    temp_c: float | None = None
-    mem_temp_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    mem_clock_max_mhz: int | None = None
-    util_gpu_pct: float | None = None
-    util_mem_pct: float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    clocks_event_reasons: int | None = None
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    pcie_replay_total: int | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    nvlink_links_up: int | None = None
-    nvlink_links_total: int | None = None
-    nvlink_tx_bytes_total: int | None = None
-    nvlink_rx_bytes_total: int | None = None
-    nvlink_crc_errors_total: int | None = None
-    nvlink_replay_errors_total: int | None = None
-    nvlink_recovery_errors_total: int | None = None
-    ecc_corrected_total: int | None = None
-    ecc_uncorrected_total: int | None = None
-    remapped_rows_pending: bool | None = None
-    # GPM (Hopper+): % of cycles the tensor pipes were active between this sampling cycle and
-    # the previous one; None on the first cycle and on GPUs without GPM.
-    tensor_active_pct: float | None = None
-    # dcgm-exporter's default set (issue #16). Cumulative energy since the driver loaded (mJ).
-    energy_mj_total: int | None = None
-    # Video encoder / decoder utilization (% of the driver's own sampling period).
-    util_enc_pct: float | None = None
-    util_dec_pct: float | None = None
-    # Memory the driver and firmware set aside (nvmlMemory_v2_t.reserved): part of mem_used_bytes,
-    # which keeps the v1 meaning (allocated + reserved). None from a driver without the v2 call.
-    mem_reserved_bytes: int | None = None
-    # Row remapping (Ampere+): rows remapped for correctable / uncorrectable errors, and whether
-    # a remap failed (no spare row left).
-    remapped_rows_correctable_total: int | None = None
-    remapped_rows_uncorrectable_total: int | None = None
-    remapped_rows_failure: bool | None = None
-    # GPM (Hopper+), like tensor_active_pct: % of time the graphics/compute engine was active,
-    # and % of the DRAM bandwidth used, between this sampling cycle and the previous one.
-    gr_engine_active_pct: float | None = None
-    dram_active_pct: float | None = None
+def _python_type(reading: Reading) -> Any:
+    return reading.type if not reading.nullable else reading.type | None
+
+
+def _record(name: str, identity: list[tuple], readings: tuple[Reading, ...], tail: list[tuple], doc: str) -> type:
+    """A slotted dataclass: identity fields, then one field per reading of the table (None when
+    not supported or not readable, never zero), then `tail`."""
+    fields = [*identity, *((r.name, _python_type(r), field(default=r.default)) for r in readings), *tail]
+    cls = dataclasses.make_dataclass(name, fields, slots=True)
+    cls.__module__, cls.__doc__ = __name__, doc  # importable by name: pickle and repr find it here
+    return cls
+
+
+# The readings come from agent/fields.py; identity and the two non-readings are declared here.
+GpuSample = _record(
+    "GpuSample",
+    [("index", int), ("uuid", str), ("model", str | None, field(default=None)), ("pci_bus_id", str | None, field(default=None))],
+    GPU_READINGS,
     # What uses the GPU (issue #15, agent/workload/): None when unknown (attribution off or
     # failed); Workload(kind=None) when idle. Not a reading: not in GPU_METRIC_FIELDS.
-    workload: Workload | None = None
-    xids: list[XidEvent] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class NicSample:
-    device: str
-    port: int
-    state: str | None = None
-    rate_gbps: float | None = None
-    tx_bytes_total: int | None = None
-    rx_bytes_total: int | None = None
-    symbol_errors_total: int | None = None
-    link_downed_total: int | None = None
-    rcv_errors_total: int | None = None
-    xmit_discards_total: int | None = None
-    xmit_wait_total: int | None = None
+    [("workload", Workload | None, field(default=None)), ("xids", list[XidEvent], field(default_factory=list))],
+    "One GPU at one sampling cycle. `lost`: NVML reports the GPU lost or unreachable; the readings are then all None.",
+)
+NicSample = _record("NicSample", [("device", str), ("port", int)], NIC_READINGS, [], "One IB/RoCE port at one sampling cycle.")
 
 
 @dataclass(slots=True)
@@ -108,9 +56,7 @@ class Sample:
     nics: list[NicSample] = field(default_factory=list)
 
 
-GPU_METRIC_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(GpuSample) if f.name not in {"index", "uuid", "model", "pci_bus_id", "lost", "workload", "xids"}
-)
+GPU_METRIC_FIELDS: tuple[str, ...] = tuple(r.name for r in GPU_READINGS if r.name != "lost")
 
 
 def sample_to_dict(sample: Sample) -> dict[str, Any]:

@@ -10,10 +10,12 @@ readers use .get() and the defaults named here.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import NotRequired, TypedDict
+
+from agent.fields import GPU_READING_NAMES, GPU_READINGS, NIC_READING_NAMES, NIC_READINGS, Reading
 
 # No control characters (C0 and DEL) in any text: PostgreSQL refuses NUL in text columns
 # (stored on SQLite, a 500 on PostgreSQL), and a newline in a name forges log lines and Slurm
@@ -31,22 +33,9 @@ PATTERN_MEANINGS = {
 }
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=PRINTABLE)]
 PathName = Annotated[str, Field(min_length=1, max_length=253, pattern=PATH_SEGMENT)]
-# Counters are stored as signed 64-bit integers (PostgreSQL BIGINT).
-Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 NonNeg = Annotated[float, Field(ge=0)]
-Pct = Annotated[float, Field(ge=0, le=100)]
-Celsius = Annotated[float, Field(ge=-50, le=200)]
 Short = Annotated[str, Field(max_length=64, pattern=PRINTABLE)]
-# Physical ranges, generous enough for any GPU or NIC made or announced, tight enough that a
-# unit mix-up (kHz for MHz, mW for W) or garbage is refused instead of skewing the peer medians.
-MHz = Annotated[int, Field(ge=0, le=100_000)]
-Watts = Annotated[float, Field(ge=0, le=10_000)]
-Bytes = Annotated[int, Field(ge=0, le=2**50)]  # 1 PiB of GPU memory
-BytesPerS = Annotated[float, Field(ge=0, le=1e13)]
-PcieGen = Annotated[int, Field(ge=0, le=16)]
-Lanes = Annotated[int, Field(ge=0, le=64)]
-Links = Annotated[int, Field(ge=0, le=64)]
-Gbps = Annotated[float, Field(ge=0, le=100_000)]
+# The readings' physical ranges are in agent/fields.py.
 
 # Per-request limits (besides the body size): a node has a few dozen GPUs and ports at most;
 # an agent back-filling its spool sends at most MAX_SAMPLES samples per request.
@@ -90,74 +79,36 @@ class Workload(TypedDict, total=False):
     workloads: Annotated[int, Field(ge=0, le=65535)] | None  # distinct workloads on the GPU (> 1: shared)
 
 
-@_wire
-class Gpu(TypedDict):
-    index: Annotated[int, Field(ge=0, le=1023)]
-    uuid: Name
-    model: NotRequired[Annotated[str, Field(max_length=128, pattern=PRINTABLE)] | None]
-    pci_bus_id: NotRequired[Short | None]
-    lost: NotRequired[bool]  # default false
-    temp_c: NotRequired[Celsius | None]
-    mem_temp_c: NotRequired[Celsius | None]
-    power_w: NotRequired[Watts | None]
-    power_limit_w: NotRequired[Watts | None]
-    sm_clock_mhz: NotRequired[MHz | None]
-    sm_clock_max_mhz: NotRequired[MHz | None]
-    mem_clock_mhz: NotRequired[MHz | None]
-    mem_clock_max_mhz: NotRequired[MHz | None]
-    util_gpu_pct: NotRequired[Pct | None]
-    util_mem_pct: NotRequired[Pct | None]
-    mem_used_bytes: NotRequired[Bytes | None]
-    mem_total_bytes: NotRequired[Bytes | None]
-    clocks_event_reasons: NotRequired[Count | None]
-    pcie_gen: NotRequired[PcieGen | None]
-    pcie_gen_max: NotRequired[PcieGen | None]
-    pcie_width: NotRequired[Lanes | None]
-    pcie_width_max: NotRequired[Lanes | None]
-    pcie_replay_total: NotRequired[Count | None]
-    pcie_tx_bytes_per_s: NotRequired[BytesPerS | None]
-    pcie_rx_bytes_per_s: NotRequired[BytesPerS | None]
-    nvlink_links_up: NotRequired[Links | None]
-    nvlink_links_total: NotRequired[Links | None]
-    nvlink_tx_bytes_total: NotRequired[Count | None]
-    nvlink_rx_bytes_total: NotRequired[Count | None]
-    nvlink_crc_errors_total: NotRequired[Count | None]
-    nvlink_replay_errors_total: NotRequired[Count | None]
-    nvlink_recovery_errors_total: NotRequired[Count | None]
-    ecc_corrected_total: NotRequired[Count | None]
-    ecc_uncorrected_total: NotRequired[Count | None]
-    remapped_rows_pending: NotRequired[bool | None]
-    tensor_active_pct: NotRequired[Pct | None]  # GPM, Hopper+; absent from older agents
-    # dcgm-exporter's default series (issue #16); absent from older agents. New keys go last:
-    # gpu_samples has one column per key, in this order (server/store/samples.py).
-    energy_mj_total: NotRequired[Count | None]
-    util_enc_pct: NotRequired[Pct | None]
-    util_dec_pct: NotRequired[Pct | None]
-    mem_reserved_bytes: NotRequired[Bytes | None]
-    remapped_rows_correctable_total: NotRequired[Count | None]
-    remapped_rows_uncorrectable_total: NotRequired[Count | None]
-    remapped_rows_failure: NotRequired[bool | None]
-    gr_engine_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
-    dram_active_pct: NotRequired[Pct | None]  # GPM, Hopper+
+def _wire_type(reading: Reading) -> Any:
+    """A reading's wire type: its type within its physical range (agent/fields.py)."""
+    if reading.type is bool:
+        return bool
+    if reading.type is str:
+        return Annotated[str, Field(max_length=reading.max_length, pattern=PRINTABLE)]
+    return Annotated[reading.type, Field(ge=reading.lo, le=reading.hi)]
+
+
+def _wire_record(name: str, identity: dict[str, Any], readings: tuple[Reading, ...], tail: dict[str, Any]) -> Any:
+    """A TypedDict: identity keys, then every reading of the table (optional; null: not supported
+    or unreadable, except the non-nullable ones, which take their default when absent), then `tail`."""
+    keys = dict(identity)
+    for reading in readings:
+        keys[reading.name] = NotRequired[_wire_type(reading) if not reading.nullable else _wire_type(reading) | None]
+    return _wire(TypedDict(name, {**keys, **tail}))
+
+
+# The readings come from agent/fields.py (new ones are appended there, absent from older agents);
+# identity, the workload and the XIDs are declared here.
+Gpu = _wire_record(
+    "Gpu",
+    {"index": Annotated[int, Field(ge=0, le=1023)], "uuid": Name,
+     "model": NotRequired[Annotated[str, Field(max_length=128, pattern=PRINTABLE)] | None], "pci_bus_id": NotRequired[Short | None]},
+    GPU_READINGS,
     # Not a reading: stored as changes in gpu_workloads, not as a gpu_samples column. Absent
     # (older agents): nothing stored; null: unknown.
-    workload: NotRequired[Workload | None]
-    xids: NotRequired[Annotated[list[Xid], Field(max_length=MAX_XIDS)]]  # default []
-
-
-@_wire
-class Nic(TypedDict):
-    device: Name
-    port: Annotated[int, Field(ge=0, le=255)]
-    state: NotRequired[Annotated[str, Field(max_length=32, pattern=PRINTABLE)] | None]
-    rate_gbps: NotRequired[Gbps | None]
-    tx_bytes_total: NotRequired[Count | None]
-    rx_bytes_total: NotRequired[Count | None]
-    symbol_errors_total: NotRequired[Count | None]
-    link_downed_total: NotRequired[Count | None]
-    rcv_errors_total: NotRequired[Count | None]
-    xmit_discards_total: NotRequired[Count | None]
-    xmit_wait_total: NotRequired[Count | None]
+    {"workload": NotRequired[Workload | None], "xids": NotRequired[Annotated[list[Xid], Field(max_length=MAX_XIDS)]]},  # xids default []
+)
+Nic = _wire_record("Nic", {"device": Name, "port": Annotated[int, Field(ge=0, le=255)]}, NIC_READINGS, {})
 
 
 @_wire
@@ -198,7 +149,7 @@ class Batch(TypedDict):
 BATCH = TypeAdapter(Batch)
 DEFAULT_CLUSTER = "default"
 
-_IDENTITY = {"index", "uuid", "model", "pci_bus_id", "workload", "xids"}
 WORKLOAD_FIELDS: tuple[str, ...] = tuple(Workload.__annotations__)
-GPU_METRICS: tuple[str, ...] = tuple(k for k in Gpu.__annotations__ if k not in _IDENTITY)
-NIC_METRICS: tuple[str, ...] = tuple(k for k in Nic.__annotations__ if k not in {"device", "port"})
+# The readings, in table order: also the sample tables' columns after (id, ts) (server/store/schema.py).
+GPU_METRICS: tuple[str, ...] = GPU_READING_NAMES
+NIC_METRICS: tuple[str, ...] = NIC_READING_NAMES

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from agent.fields import GPU_READINGS, NIC_READINGS, Reading
 from server.peer_groups import BUSY_UTIL_PCT, IDLE_REASON
 
 Severity = Literal["warning", "critical"]
@@ -43,82 +44,68 @@ def reason_names(bits: int | None) -> list[str]:
     return [name for bit, name in REASON_NAMES.items() if bits & bit]
 
 
-# Observations are msgspec Structs with gc=False: they hold no containers, so they can never be
-# part of a cycle, and the cyclic GC need not walk the hundreds of thousands held in windows
-# (each of its full collections stood every request of the process still: issue #12).
-class GpuObs(msgspec.Struct, gc=False):
-    """One GPU at one sample instant. Rates are per second over the previous sample of the
-    same GPU (None for the first sample, after a counter reset, or when unreadable)."""
-
-    ts: float
-    cluster: str
-    node: str
-    uuid: str
-    index: int
-    model: str | None
-    group: str  # peer group key: cluster|model|job-or-partition-or-*
-    lost: bool = False
-    util_gpu_pct: float | None = None
-    sm_clock_mhz: float | None = None
-    sm_clock_max_mhz: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    reasons: int | None = None
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    nvlink_links_up: int | None = None
-    nvlink_links_total: int | None = None
-    ecc_uncorrected_total: int | None = None
-    remapped_rows_pending: bool | None = None
-    xids: tuple[int, ...] = ()
-    workload: str | None = None  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
-    job: str | None = None  # that workload's job name ("llm-a"), for filtering
-    # Derived from counter deltas (per second), None when not computable.
-    nvlink_bps: float | None = None  # tx + rx bytes/s
-    nvlink_crc_per_s: float | None = None
-    nvlink_replay_per_s: float | None = None
-    nvlink_recovery_per_s: float | None = None
-    pcie_replay_per_s: float | None = None
-    ecc_uncorrected_new: int | None = None  # increase since the previous sample
-
-    @property
-    def busy(self) -> bool:
-        """Doing work (server/peer_groups.py is_busy, inlined: this runs for every GPU at every
-        instant, and the call cost the detector 3%). Idle GPUs are never judged as slow."""
-        if self.reasons is not None and self.reasons & IDLE_REASON:
-            return False
-        return self.util_gpu_pct is not None and self.util_gpu_pct >= BUSY_UTIL_PCT
-
-    @property
-    def sm_clock_ratio(self) -> float | None:
-        if self.sm_clock_mhz is None or not self.sm_clock_max_mhz:
-            return None
-        return self.sm_clock_mhz / self.sm_clock_max_mhz
+def _busy(self) -> bool:
+    """Doing work (server/peer_groups.py is_busy, inlined: this runs for every GPU at every
+    instant, and the call cost the detector 3%). Idle GPUs are never judged as slow."""
+    if self.clocks_event_reasons is not None and self.clocks_event_reasons & IDLE_REASON:
+        return False
+    return self.util_gpu_pct is not None and self.util_gpu_pct >= BUSY_UTIL_PCT
 
 
-class NicObs(msgspec.Struct, gc=False):
-    """One IB/RoCE port at one sample instant; rates per second over the previous sample."""
+def _sm_clock_ratio(self) -> float | None:
+    if self.sm_clock_mhz is None or not self.sm_clock_max_mhz:
+        return None
+    return self.sm_clock_mhz / self.sm_clock_max_mhz
 
-    ts: float
-    cluster: str
-    node: str
-    device: str
-    port: int
-    group: str
-    state: str | None = None
-    rate_gbps: float | None = None
-    bps: float | None = None  # tx + rx bytes/s
-    symbol_errors_per_s: float | None = None
-    rcv_errors_per_s: float | None = None
-    link_downed_new: int | None = None
-    xmit_wait_per_s: float | None = None
-    node_busy: bool = False  # the node's GPUs are working: a quiet port is then suspicious
-    # The link rate of the same port (device, port number) on the other nodes of its group: what
-    # this port should run at. None when no other node has it.
-    expected_rate_gbps: float | None = None
+
+def copied_readings(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
+    """The readings an observation carries as stored (agent/fields.py `detect`)."""
+    return tuple(r for r in readings if r.detect)
+
+
+def derived_names(readings: tuple[Reading, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The per-second rates and the increases an observation carries, by name, in table order."""
+    rates = tuple(dict.fromkeys(r.rate for r in readings if r.rate))
+    deltas = tuple(r.delta for r in readings if r.delta)
+    return rates, deltas
+
+
+def _observation(name: str, identity: list[tuple], readings: tuple[Reading, ...], middle: list[tuple], tail: list[tuple] = (),
+                 namespace: dict | None = None) -> type:
+    """An observation type: identity, the readings it copies (agent/fields.py), `middle`, the
+    rates and increases derived from counters (None for the first sample, after a counter reset,
+    or when unreadable), then `tail`. Built positionally by server/detect/observe.py."""
+    copied = [(r.name, r.type if not r.nullable else r.type | None, r.default) for r in copied_readings(readings)]
+    rates, deltas = derived_names(readings)
+    derived = [(n, float | None, None) for n in rates] + [(n, int | None, None) for n in deltas]
+    # gc=False: observations hold no containers, so they can never be part of a cycle, and the
+    # cyclic GC need not walk the hundreds of thousands held in windows (each of its full
+    # collections stood every request of the process still: issue #12).
+    return msgspec.defstruct(name, [*identity, *copied, *middle, *derived, *tail], gc=False, namespace=namespace, module=__name__)
+
+
+# One GPU at one sample instant. Rates are per second over the previous sample of the same GPU.
+GpuObs = _observation(
+    "GpuObs",
+    [("ts", float), ("cluster", str), ("node", str), ("uuid", str), ("index", int), ("model", str | None),
+     ("group", str)],  # group: the peer group key, cluster|model|job-or-partition-or-*
+    GPU_READINGS,
+    [("xids", tuple[int, ...], ()),
+     ("workload", str | None, None),  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
+     ("job", str | None, None)],  # that workload's job name ("llm-a"), for filtering
+    namespace={"busy": property(_busy), "sm_clock_ratio": property(_sm_clock_ratio)},
+)
+# One IB/RoCE port at one sample instant; rates per second over the previous sample.
+NicObs = _observation(
+    "NicObs",
+    [("ts", float), ("cluster", str), ("node", str), ("device", str), ("port", int), ("group", str)],
+    NIC_READINGS,
+    [],
+    [("node_busy", bool, False),  # the node's GPUs are working: a quiet port is then suspicious
+     # The link rate of the same port (device, port number) on the other nodes of its group: what
+     # this port should run at. None when no other node has it.
+     ("expected_rate_gbps", float | None, None)],
+)
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ class Recent:
 def gpu_may_find(obs: GpuObs, peers: PeerStats | None, recent: Recent, cfg: DetectionSettings) -> bool:
     if obs.lost or obs.xids or obs.ecc_uncorrected_new or obs.remapped_rows_pending:
         return True  # lost, xid, ecc
-    if (obs.reasons or 0) & _HARDWARE_BITS or triage(obs, peers, cfg) is not None:
+    if (obs.clocks_event_reasons or 0) & _HARDWARE_BITS or triage(obs, peers, cfg) is not None:
         return True  # thermal, power, hw_slowdown, clock
     up, total = obs.nvlink_links_up, obs.nvlink_links_total
     if up is not None and total is not None and 0 <= up < total:

@@ -16,10 +16,9 @@ from server.store import schema, workloads
 from server.store.bulk_insert import BulkInsert
 from server.store.ids import Claimant, IdResolver
 
-# `lost` defaults to False, not NULL (server/ingest/protocol_decoder.py): a flag, not a reading.
-assert GPU_METRICS[0] == "lost", "gpu_samples column order: lost, then readings"
 # Rows are bound by position (unresolved_rows): after the key and ts, each sample table's columns
-# are the protocol's metric keys in the protocol's order. A new key goes last in both.
+# are the wire's readings in order. Both are built from agent/fields.py, so this holds by
+# construction; the assertion keeps anyone from building either by hand again.
 assert tuple(c.name for c in schema.GpuSample.__table__.columns)[2:] == GPU_METRICS, "gpu_samples columns != protocol GPU keys"
 assert tuple(c.name for c in schema.NicSample.__table__.columns)[2:] == NIC_METRICS, "nic_samples columns != protocol NIC keys"
 

@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy import JSON, REAL, BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer, String, Table, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from agent.fields import GPU_READINGS, NIC_READINGS, Reading
+
 
 class Base(DeclarativeBase):
     pass
@@ -50,81 +52,41 @@ class Nic(Base):
     first_seen: Mapped[float] = mapped_column(Float)
 
 
-class GpuSample(Base):
-    __tablename__ = "gpu_samples"
-    # No index on ts alone: every reader (API, detector, retention) goes through the primary
-    # key (gpu_id, ts), and each extra index costs a b-tree insert per row on the ingest
-    # hot path (docs/performance.md).
+def _column_type(reading: Reading) -> Any:
+    """A reading's column type: the smallest that holds its physical range (agent/fields.py)."""
+    if reading.type is bool:
+        return Boolean
+    if reading.type is str:
+        return String(reading.max_length)
+    if reading.type is float:
+        return Float
+    return Integer if reading.hi is not None and reading.hi <= 2**31 - 1 else BigInteger
 
-    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
-    ts: Mapped[float] = mapped_column(Float, primary_key=True)
-    lost: Mapped[bool] = mapped_column(Boolean, default=False)
-    temp_c: Mapped[float | None] = mapped_column(Float)
-    mem_temp_c: Mapped[float | None] = mapped_column(Float)
-    power_w: Mapped[float | None] = mapped_column(Float)
-    power_limit_w: Mapped[float | None] = mapped_column(Float)
-    sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
-    sm_clock_max_mhz: Mapped[int | None] = mapped_column(Integer)
-    mem_clock_mhz: Mapped[int | None] = mapped_column(Integer)
-    mem_clock_max_mhz: Mapped[int | None] = mapped_column(Integer)
-    util_gpu_pct: Mapped[float | None] = mapped_column(Float)
-    util_mem_pct: Mapped[float | None] = mapped_column(Float)
-    mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    mem_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    clocks_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
-    pcie_gen: Mapped[int | None] = mapped_column(Integer)
-    pcie_gen_max: Mapped[int | None] = mapped_column(Integer)
-    pcie_width: Mapped[int | None] = mapped_column(Integer)
-    pcie_width_max: Mapped[int | None] = mapped_column(Integer)
-    pcie_replay_total: Mapped[int | None] = mapped_column(BigInteger)
-    pcie_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
-    pcie_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
-    nvlink_links_up: Mapped[int | None] = mapped_column(Integer)
-    nvlink_links_total: Mapped[int | None] = mapped_column(Integer)
-    nvlink_tx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_rx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_crc_errors_total: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_replay_errors_total: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_recovery_errors_total: Mapped[int | None] = mapped_column(BigInteger)
-    ecc_corrected_total: Mapped[int | None] = mapped_column(BigInteger)
-    ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
-    remapped_rows_pending: Mapped[bool | None] = mapped_column(Boolean)
-    tensor_active_pct: Mapped[float | None] = mapped_column(Float)  # migration 0005
-    # migration 0009: dcgm-exporter's default series (issue #16)
-    energy_mj_total: Mapped[int | None] = mapped_column(BigInteger)
-    util_enc_pct: Mapped[float | None] = mapped_column(Float)
-    util_dec_pct: Mapped[float | None] = mapped_column(Float)
-    mem_reserved_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    remapped_rows_correctable_total: Mapped[int | None] = mapped_column(BigInteger)
-    remapped_rows_uncorrectable_total: Mapped[int | None] = mapped_column(BigInteger)
-    remapped_rows_failure: Mapped[bool | None] = mapped_column(Boolean)
-    gr_engine_active_pct: Mapped[float | None] = mapped_column(Float)
-    dram_active_pct: Mapped[float | None] = mapped_column(Float)
+
+def _sample_table(name: str, key: str, parent: str, readings: tuple[Reading, ...]) -> Table:
+    """One row per entity per sample, keyed by (key, ts) so a re-sent sample is stored once; one
+    column per reading, in the table's order (the wire's: server/store/samples.py relies on it).
+    No index on ts alone: every reader (API, detector, retention) goes through the primary key,
+    and each extra index costs a b-tree insert per row on the ingest hot path."""
+    columns = [Column(key, Integer, ForeignKey(f"{parent}.id"), primary_key=True), Column("ts", Float, primary_key=True)]
+    for reading in readings:
+        default = {} if reading.nullable else {"nullable": False, "default": reading.default}
+        columns.append(Column(reading.name, _column_type(reading), **default))
+    return Table(name, Base.metadata, *columns)
+
+
+class GpuSample(Base):
+    __table__ = _sample_table("gpu_samples", "gpu_id", "gpus", GPU_READINGS)
 
 
 class NicSample(Base):
-    __tablename__ = "nic_samples"
-
-    nic_id: Mapped[int] = mapped_column(ForeignKey("nics.id"), primary_key=True)
-    ts: Mapped[float] = mapped_column(Float, primary_key=True)
-    state: Mapped[str | None] = mapped_column(String(32))
-    rate_gbps: Mapped[float | None] = mapped_column(Float)
-    tx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
-    rx_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
-    symbol_errors_total: Mapped[int | None] = mapped_column(BigInteger)
-    link_downed_total: Mapped[int | None] = mapped_column(BigInteger)
-    rcv_errors_total: Mapped[int | None] = mapped_column(BigInteger)
-    xmit_discards_total: Mapped[int | None] = mapped_column(BigInteger)
-    xmit_wait_total: Mapped[int | None] = mapped_column(BigInteger)
+    __table__ = _sample_table("nic_samples", "nic_id", "nics", NIC_READINGS)
 
 
 # Per-minute rollups (issue #17): kept long after the raw samples are gone. Each gauge a
 # dashboard plots as its min, mean and max over the minute (single precision: a plot needs no
 # more); every other reading (counters, limits, link and flag states) as its last value.
-GPU_ROLLUP_GAUGES = (
-    "temp_c", "mem_temp_c", "power_w", "sm_clock_mhz", "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s", "tensor_active_pct", "gr_engine_active_pct", "dram_active_pct",
-)
+GPU_ROLLUP_GAUGES = tuple(r.name for r in GPU_READINGS if r.plot)
 ROLLUP_STATS = ("min", "mean", "max")
 
 
@@ -142,7 +104,7 @@ def _rollup_table(name: str, samples: Table, key: str, parent: str, gauges: tupl
 
 
 GpuRollupT = _rollup_table("gpu_rollups", GpuSample.__table__, "gpu_id", "gpus", GPU_ROLLUP_GAUGES)
-NicRollupT = _rollup_table("nic_rollups", NicSample.__table__, "nic_id", "nics", ())
+NicRollupT = _rollup_table("nic_rollups", NicSample.__table__, "nic_id", "nics", tuple(r.name for r in NIC_READINGS if r.plot))
 
 
 class RollupProgress(Base):

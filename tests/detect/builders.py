@@ -28,7 +28,7 @@ def gpu(**kw: Any) -> GpuObs:
     base: dict[str, Any] = dict(
         ts=T0, cluster="c1", node="node-a", uuid="GPU-a-3", index=3, model=H100, group=f"c1|{H100}|job-1",
         util_gpu_pct=98.0, sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0, temp_c=66.0, power_w=660.0,
-        power_limit_w=700.0, reasons=0, pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
+        power_limit_w=700.0, clocks_event_reasons=0, pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
         nvlink_links_up=18, nvlink_links_total=18, ecc_uncorrected_total=0, remapped_rows_pending=False,
         nvlink_bps=150e9, nvlink_crc_per_s=0.0, nvlink_replay_per_s=0.0, nvlink_recovery_per_s=0.0,
         pcie_replay_per_s=0.0, ecc_uncorrected_new=0,
@@ -39,7 +39,7 @@ def gpu(**kw: Any) -> GpuObs:
 
 def idle_gpu(**kw: Any) -> GpuObs:
     """An idle H100 as in realdata gpud 535.183.01: Idle bit, 0 %, 345 MHz, ~70 W, 36 °C."""
-    base: dict[str, Any] = dict(util_gpu_pct=0.0, sm_clock_mhz=345.0, power_w=70.0, temp_c=36.0, reasons=IDLE, nvlink_bps=0.0)
+    base: dict[str, Any] = dict(util_gpu_pct=0.0, sm_clock_mhz=345.0, power_w=70.0, temp_c=36.0, clocks_event_reasons=IDLE, nvlink_bps=0.0)
     base.update(kw)
     return gpu(**base)
 

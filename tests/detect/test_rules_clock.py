@@ -20,8 +20,8 @@ ROWS = [
     Row("clock 24% below: still a warning", one(gpu(sm_clock_mhz=1505)), PEERS, "clock", "warning"),
     Row("clock 26% below: critical", one(gpu(sm_clock_mhz=1465)), PEERS, "clock", "critical"),
     Row("clock low, 9 °C hotter (under hot_delta_c)", one(gpu(sm_clock_mhz=1700, temp_c=75)), PEERS, "clock", "warning"),
-    Row("clock low with only the applications-clocks bit", one(gpu(sm_clock_mhz=1600, reasons=APP_CLOCKS)), PEERS, "clock", "warning"),
-    Row("clock low with only sync boost", one(gpu(sm_clock_mhz=1600, reasons=SYNC_BOOST)), PEERS, "clock", "warning"),
+    Row("clock low with only the applications-clocks bit", one(gpu(sm_clock_mhz=1600, clocks_event_reasons=APP_CLOCKS)), PEERS, "clock", "warning"),
+    Row("clock low with only sync boost", one(gpu(sm_clock_mhz=1600, clocks_event_reasons=SYNC_BOOST)), PEERS, "clock", "warning"),
     Row("max clock capped at 1600 MHz and running at it (ratio 1.0 of its own max)",
         one(gpu(sm_clock_mhz=1600, sm_clock_max_mhz=1600)), PEERS, "clock", "warning"),
     Row("silent straggler: cool, low power, clock low", one(gpu(sm_clock_mhz=1700, temp_c=55, power_w=450)), PEERS, "clock", "warning"),
@@ -33,7 +33,8 @@ ROWS = [
     Row("idle GPU at 345 MHz with busy peers", one(idle_gpu()), PEERS, None),
     Row("0% utilisation without the Idle bit (context held, no work)", one(gpu(util_gpu_pct=0, sm_clock_mhz=1600)), PEERS, None),
     Row("util unreadable", one(gpu(util_gpu_pct=None, sm_clock_mhz=1000)), PEERS, None),
-    Row("checkpoint pause: every GPU idle, so no busy peers", one(idle_gpu()), peers_of(group(util_gpu_pct=0, reasons=IDLE, sm_clock_mhz=345)), None),
+    Row("checkpoint pause: every GPU idle, so no busy peers", one(idle_gpu()), peers_of(group(util_gpu_pct=0, clocks_event_reasons=IDLE,
+                                                                                              sm_clock_mhz=345)), None),
     Row("whole group slowed together by 20%", one(gpu(sm_clock_mhz=1584)), h100_peers(clock_scale=0.8), None),
     Row("faster than peers", one(gpu(sm_clock_mhz=1980)), h100_peers(clock_scale=0.9), None),
     Row("clock unreadable", one(gpu(sm_clock_mhz=None)), PEERS, None),
@@ -57,9 +58,9 @@ def test_summary_and_evidence():
 
 
 def test_summary_names_bits_that_do_not_explain():
-    f = clock.evaluate(one(gpu(sm_clock_mhz=1600, reasons=APP_CLOCKS)), PEERS, CFG)
+    f = clock.evaluate(one(gpu(sm_clock_mhz=1600, clocks_event_reasons=APP_CLOCKS)), PEERS, CFG)
     assert "only applications clocks setting active" in f.summary
 
 
 def test_sw_power_cap_is_the_explanation_not_clock():
-    assert clock.evaluate(one(gpu(sm_clock_mhz=1600, reasons=SW_POWER_CAP)), PEERS, CFG) is None
+    assert clock.evaluate(one(gpu(sm_clock_mhz=1600, clocks_event_reasons=SW_POWER_CAP)), PEERS, CFG) is None

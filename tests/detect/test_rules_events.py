@@ -40,10 +40,11 @@ ROWS = [
     Row("first sample: increase unknown", one(gpu(ecc_uncorrected_total=3, ecc_uncorrected_new=None)), PEERS, None),
     Row("remap state unreadable", one(gpu(remapped_rows_pending=None)), PEERS, None),
     # --- lost
-    Row("GPU reports lost (readings all None)", one(gpu(lost=True, util_gpu_pct=None, sm_clock_mhz=None, temp_c=None, reasons=None)),
+    Row("GPU reports lost (readings all None)", one(gpu(lost=True, util_gpu_pct=None, sm_clock_mhz=None, temp_c=None, clocks_event_reasons=None)),
         PEERS, "lost", "critical"),
-    Row("lost with XID 79: one cause, lost", one(gpu(lost=True, util_gpu_pct=None, reasons=None, xids=(79,))), PEERS, "lost", "critical"),
-    Row("lost GPU with stale thermal bits: lost only", one(gpu(lost=True, reasons=HW_THERMAL)), PEERS, "lost", "critical"),
+    Row("lost with XID 79: one cause, lost", one(gpu(lost=True, util_gpu_pct=None, clocks_event_reasons=None, xids=(79,))), PEERS, "lost",
+        "critical"),
+    Row("lost GPU with stale thermal bits: lost only", one(gpu(lost=True, clocks_event_reasons=HW_THERMAL)), PEERS, "lost", "critical"),
 ]
 
 

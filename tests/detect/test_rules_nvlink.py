@@ -42,7 +42,7 @@ ROWS = [
     Row("no peers: throughput not judged", one(gpu(nvlink_bps=10e9)), None, None),
     Row("throughput unknown (first sample)", one(gpu(nvlink_bps=None)), PEERS, None),
     Row("throughput low because the GPU is thermally throttled: thermal only",
-        one(gpu(nvlink_bps=80e9, sm_clock_mhz=1400, temp_c=90, reasons=SW_THERMAL)), PEERS, "thermal", "critical"),
+        one(gpu(nvlink_bps=80e9, sm_clock_mhz=1400, temp_c=90, clocks_event_reasons=SW_THERMAL)), PEERS, "thermal", "critical"),
     Row("throughput low because the clock is low: clock only", one(gpu(nvlink_bps=80e9, sm_clock_mhz=1500)), PEERS, "clock", "warning"),
 ]
 

@@ -10,39 +10,40 @@ from server.detect.rules import power
 from tests.detect.builders import CFG, Row, check_row, gpu, group, h100_peers, idle_gpu, one, peers_of
 
 PEERS = h100_peers()  # clock median 1980 MHz, power limit 700 W
-CAPPED_PEERS = h100_peers(reasons=SW_POWER_CAP)  # every busy GPU at its cap, as in the 4090 dumps
+CAPPED_PEERS = h100_peers(clocks_event_reasons=SW_POWER_CAP)  # every busy GPU at its cap, as in the 4090 dumps
 
 ROWS = [
     # --- must flag
-    Row("HW power brake on a busy GPU: critical", one(gpu(sm_clock_mhz=900, power_w=300, reasons=HW_POWER_BRAKE | HW_SLOWDOWN)),
+    Row("HW power brake on a busy GPU: critical", one(gpu(sm_clock_mhz=900, power_w=300, clocks_event_reasons=HW_POWER_BRAKE | HW_SLOWDOWN)),
         PEERS, "power", "critical"),
-    Row("HW power brake without peers", one(gpu(sm_clock_mhz=900, reasons=HW_POWER_BRAKE | HW_SLOWDOWN)), None, "power", "critical"),
-    Row("HW power brake bit alone (no HW slowdown) while busy", one(gpu(reasons=HW_POWER_BRAKE)), PEERS, "power", "critical"),
+    Row("HW power brake without peers", one(gpu(sm_clock_mhz=900, clocks_event_reasons=HW_POWER_BRAKE | HW_SLOWDOWN)), None, "power", "critical"),
+    Row("HW power brake bit alone (no HW slowdown) while busy", one(gpu(clocks_event_reasons=HW_POWER_BRAKE)), PEERS, "power", "critical"),
     Row("realdata node-wide brake: HW slowdown + power brake, 86 of 1980 MHz, 0% util",
-        one(gpu(util_gpu_pct=0, sm_clock_mhz=86, power_w=70, temp_c=30, reasons=HW_SLOWDOWN | HW_POWER_BRAKE)),
+        one(gpu(util_gpu_pct=0, sm_clock_mhz=86, power_w=70, temp_c=30, clocks_event_reasons=HW_SLOWDOWN | HW_POWER_BRAKE)),
         None, "power", "critical"),
     Row("HW power brake + SW thermal: the brake (hardware) wins",
-        one(gpu(sm_clock_mhz=900, temp_c=88, reasons=HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL)),
+        one(gpu(sm_clock_mhz=900, temp_c=88, clocks_event_reasons=HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL)),
         PEERS, "power", "critical"),
     Row("power limit 500 W vs peers 700 W, clocks still at peers: warning", one(gpu(power_limit_w=500)), PEERS, "power", "warning"),
     Row("power limit 6% below peers (658 W)", one(gpu(power_limit_w=658)), PEERS, "power", "warning"),
-    Row("power limit low and clock 30% low: critical", one(gpu(power_limit_w=400, sm_clock_mhz=1380, reasons=SW_POWER_CAP)),
+    Row("power limit low and clock 30% low: critical", one(gpu(power_limit_w=400, sm_clock_mhz=1380, clocks_event_reasons=SW_POWER_CAP)),
         PEERS, "power", "critical"),
-    Row("SW power cap bit with clock 10% below peers", one(gpu(sm_clock_mhz=1782, reasons=SW_POWER_CAP)), PEERS, "power", "warning"),
-    Row("SW power cap, clock 10% low among capped peers", one(gpu(sm_clock_mhz=1782, reasons=SW_POWER_CAP)), CAPPED_PEERS, "power", "warning"),
-    Row("SW power cap, clock 26% low: critical", one(gpu(sm_clock_mhz=1465, reasons=SW_POWER_CAP)), PEERS, "power", "critical"),
+    Row("SW power cap bit with clock 10% below peers", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)), PEERS, "power", "warning"),
+    Row("SW power cap, clock 10% low among capped peers", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)), CAPPED_PEERS, "power",
+        "warning"),
+    Row("SW power cap, clock 26% low: critical", one(gpu(sm_clock_mhz=1465, clocks_event_reasons=SW_POWER_CAP)), PEERS, "power", "critical"),
     # --- must not flag
-    Row("routine SW power cap bit, clock at peers", one(gpu(reasons=SW_POWER_CAP, power_w=698)), CAPPED_PEERS, None),
-    Row("SW power cap bit, clock 7% low (below clock_drop)", one(gpu(sm_clock_mhz=1841, reasons=SW_POWER_CAP)), PEERS, None),
-    Row("SW power cap bit without peers", one(gpu(sm_clock_mhz=1500, reasons=SW_POWER_CAP)), None, None),
+    Row("routine SW power cap bit, clock at peers", one(gpu(clocks_event_reasons=SW_POWER_CAP, power_w=698)), CAPPED_PEERS, None),
+    Row("SW power cap bit, clock 7% low (below clock_drop)", one(gpu(sm_clock_mhz=1841, clocks_event_reasons=SW_POWER_CAP)), PEERS, None),
+    Row("SW power cap bit without peers", one(gpu(sm_clock_mhz=1500, clocks_event_reasons=SW_POWER_CAP)), None, None),
     Row("power limit 4% below peers (672 W)", one(gpu(power_limit_w=672)), PEERS, None),
     Row("power limit low on an idle GPU", one(idle_gpu(power_limit_w=400)), PEERS, None),
     Row("comms phase: the whole group at 300 W, this GPU too", one(gpu(power_w=300, sm_clock_mhz=1980)),
         peers_of(group(power_w=300)), None),
     Row("realdata GPU 75:00.0: SW cap + HW brake + SW thermal bits at 0% util, 1980 MHz, no HW slowdown",
-        one(gpu(util_gpu_pct=0, sm_clock_mhz=1980, power_w=118, temp_c=39, reasons=SW_POWER_CAP | HW_POWER_BRAKE | SW_THERMAL)),
+        one(gpu(util_gpu_pct=0, sm_clock_mhz=1980, power_w=118, temp_c=39, clocks_event_reasons=SW_POWER_CAP | HW_POWER_BRAKE | SW_THERMAL)),
         None, None),
-    Row("HW power brake bit on an Idle-flagged GPU without HW slowdown", one(idle_gpu(reasons=IDLE | HW_POWER_BRAKE)), PEERS, None),
+    Row("HW power brake bit on an Idle-flagged GPU without HW slowdown", one(idle_gpu(clocks_event_reasons=IDLE | HW_POWER_BRAKE)), PEERS, None),
 ]
 
 
@@ -60,13 +61,13 @@ def test_power_limit_finding_reports_the_limit():
 
 
 def test_sw_power_cap_finding_names_the_bit_and_the_draw():
-    f = power.evaluate(one(gpu(sm_clock_mhz=1782, reasons=SW_POWER_CAP, power_w=699)), PEERS, CFG)
+    f = power.evaluate(one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP, power_w=699)), PEERS, CFG)
     assert f.summary.startswith("GPU 3 SM clock 1782 MHz vs peer median 1980 MHz (-10%); SW power cap")
     assert "drawing 699 W of 700 W limit" in f.summary
     assert f.evidence["trigger"] == "clock_below_peers_and_sw_power_cap"
 
 
 def test_node_wide_brake_summary_says_the_gpu_is_not_busy():
-    obs = gpu(util_gpu_pct=0, sm_clock_mhz=86, power_w=70, temp_c=30, reasons=HW_SLOWDOWN | HW_POWER_BRAKE)
+    obs = gpu(util_gpu_pct=0, sm_clock_mhz=86, power_w=70, temp_c=30, clocks_event_reasons=HW_SLOWDOWN | HW_POWER_BRAKE)
     f = power.evaluate(one(obs), None, CFG)
     assert f.summary == "GPU 3 SM clock 86 of max 1980 MHz; HW power brake; 30 °C; drawing 70 W of 700 W limit; at 0% utilisation"

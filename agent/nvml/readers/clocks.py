@@ -1,4 +1,4 @@
-"""SM and memory clocks (MHz): the current ones, and the board's maximum (read once per GPU)."""
+"""SM, memory and video clocks (MHz): the current ones, and the board's maximum (read once per GPU)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from agent.sample import GpuSample
 def read(handle, gpu: GpuSample) -> None:
     gpu.sm_clock_mhz = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
     gpu.mem_clock_mhz = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+    gpu.video_clock_mhz = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_VIDEO)
 
 
 def read_max(handle, gpu: GpuSample) -> None:

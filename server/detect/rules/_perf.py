@@ -75,7 +75,7 @@ class Perf:
 def triage(obs: GpuObs, peers: PeerStats | None, cfg: DetectionSettings) -> Perf | None:
     if obs.lost:
         return None
-    bits = obs.reasons or 0
+    bits = obs.clocks_event_reasons or 0
     busy = obs.busy
     held = busy or bool(bits & HW_SLOWDOWN)  # hardware bits matter while they hold the clock
     clock = clock_vs_peers(obs, peers, cfg) if busy else None
@@ -138,8 +138,8 @@ def finding(perf: Perf, severity: Severity, why: str, *, metric: str = "sm_clock
         "peer_median": rnd(peer_median, 1),
         "deviation": rnd(deviation),
         "trigger": perf.trigger,
-        "reasons": reason_names(obs.reasons),
-        "reasons_bits": obs.reasons,
+        "reasons": reason_names(obs.clocks_event_reasons),
+        "reasons_bits": obs.clocks_event_reasons,
         "sm_clock_mhz": obs.sm_clock_mhz,
         "sm_clock_max_mhz": obs.sm_clock_max_mhz,
         "peer_sm_clock_mhz": rnd(perf.clock.peer_median, 1) if perf.clock else None,

@@ -22,6 +22,6 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     perf = _perf.triage(window.latest, peers, cfg)
     if perf is None or perf.cause != CAUSE:
         return None
-    other = reason_names((perf.obs.reasons or 0) & (APP_CLOCKS | SYNC_BOOST | DISPLAY_CLOCKS))
+    other = reason_names((perf.obs.clocks_event_reasons or 0) & (APP_CLOCKS | SYNC_BOOST | DISPLAY_CLOCKS))
     why = "no clock-event reason explains it" if not other else f"only {', '.join(other)} active"
     return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why)

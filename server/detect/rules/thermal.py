@@ -25,7 +25,7 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     perf = _perf.triage(window.latest, peers, cfg)
     if perf is None or perf.cause != CAUSE:
         return None
-    bits = perf.obs.reasons or 0
+    bits = perf.obs.clocks_event_reasons or 0
     if perf.trigger == _perf.HOT:
         hotter = perf.temps[0] - perf.temps[1]
         return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), f"no thermal bit, running {hotter:.0f} °C hotter than peers")
