@@ -124,7 +124,8 @@ def run(url: str, *, gpus: int, samples: int, rounds: int, query: str = "") -> d
     server = start_in_thread(create_app(settings))
     try:
         app = server.server.config.app
-        collector, renderer = app.state.metrics_collector, renderer_for(app.state, selection)
+        metrics = app.state.services.metrics
+        collector, renderer = metrics.collector, renderer_for(metrics.instruments, selection)
         renderer.render(collector.families(selection))  # warm, as every scrape after the first is
         read, write, cold, cpu, reference = [], [], [], [], []
         for _ in range(rounds):

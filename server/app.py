@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +43,7 @@ from server.ingest.admission import Admission
 from server.ingest.body_deadline import BodyDeadline, BodyTimeout, body_timeout_error, client_gone
 from server.metrics import runtime as metrics_runtime
 from server.protocol import BATCH
+from server.services import Services
 from server.settings import Settings, replica_name
 from server.store import migrate
 from server.store.engine import make_engine
@@ -57,17 +59,20 @@ log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> FastAPI:
+    # What the app has before it starts (the middleware counts into the metrics' recorder); the
+    # rest is built in the lifespan, and all of it handed to routers as one Services object.
+    write_health = WriteHealth(hold_s=settings.write_failure_unready_s)
+    instruments = metrics_runtime.instruments()
+    lifespan = functools.partial(_lifespan, settings=settings, write_health=write_health, instruments=instruments)
     # /docs and /redoc: server/api/docs.py, whose pages load nothing from CDNs (air-gapped clusters).
-    app = FastAPI(title="Laggard collector", version=__version__, lifespan=_lifespan, docs_url=None, redoc_url=None)
-    app.state.settings = settings
-    app.state.write_health = WriteHealth(hold_s=settings.write_failure_unready_s)
+    app = FastAPI(title="Laggard collector", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     for module, scopes in _router_scopes(settings):
         guard = [Depends(require(*scopes))] if scopes else []
         app.include_router(module.router, dependencies=[*guard, Depends(refuse_control_characters)])
     if settings.insecure:
         log.warning("AUTHENTICATION IS OFF (LAGGARD_INSECURE): anyone who reaches this collector can push samples, "
                     "read everything and drain nodes. Use it for demos and tests only.")
-    metrics_runtime.install(app)  # ingest timing middleware (issue #5)
+    metrics_runtime.install(app, instruments)  # ingest timing middleware (issue #5)
     app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -98,31 +103,32 @@ def _router_scopes(settings: Settings) -> list[tuple[object, tuple[str, ...]]]:
 
 
 @contextlib.asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings: Settings = app.state.settings
+async def _lifespan(app: FastAPI, *, settings: Settings, write_health: WriteHealth,
+                    instruments: metrics_runtime.Instruments) -> AsyncIterator[None]:
     routes = alerts_runtime.routing(settings)  # a bad routes file fails the start, before anything runs
     engine = make_engine(settings.database_url, sqlite_mmap_mb=settings.sqlite_mmap_mb)
     if settings.migrate_on_start:
         migrate.upgrade(engine)
     writer = _ingest_writer(settings, engine)
     writer.start()
-    app.state.engine = engine
-    app.state.writer = writer
-    app.state.auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
-                                   limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
-    app.state.admission = Admission(settings.ingest_limits, engine)
+    auth = Authenticator(engine, insecure=settings.insecure, cache_s=settings.token_cache_s,
+                         limiter=RateLimiter(rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst))
+    admission = Admission(settings.ingest_limits, engine)
     replica = replica_name(settings)
     detection = DetectionService(engine, settings.detection, poll_s=settings.detection_poll_s,
                                  leader_retry_s=settings.leader_retry_s, replica=replica)
     if settings.detection_enabled:
         detection.start()
-    app.state.detection = detection
     # Alert dispatch and the shared metric counters act where detection leads (issue #5).
-    dispatcher = alerts_runtime.start(app, engine, routes, is_leader=lambda: detection.lock.held)
+    dispatcher = alerts_runtime.start(engine, routes, settings.alerts, external_url=alerts_runtime.external_url(settings),
+                                      is_leader=lambda: detection.lock.held)
     # /metrics shows the hints GET /api/v1/hints serves, handed over here: metrics import no hints.
-    hint_cache = app.state.hints_cache = HintsCache(engine, settings.hints)
-    maintainer = metrics_runtime.start(app, engine, is_leader=lambda: detection.lock.held, receivers=routes.names, replica=replica,
-                                       hints=lambda: hint_cache.get(None).doc)
+    hint_cache = HintsCache(engine, settings.hints)
+    metrics = metrics_runtime.start(instruments, engine, settings.metrics, min_peers=settings.detection.min_peers,
+                                    is_leader=lambda: detection.lock.held, receivers=routes.names, replica=replica,
+                                    hints=lambda: hint_cache.get(None).doc)
+    app.state.services = Services(settings=settings, engine=engine, writer=writer, write_health=write_health, auth=auth,
+                                  admission=admission, detection=detection, hints=hint_cache, alerts=dispatcher, metrics=metrics)
     retention = asyncio.create_task(_retention_loop(settings, engine))
     # Rollups are idempotent, but one process doing them is enough: the one that leads detection
     # (each process where detection is off, since none of those may ever lead).
@@ -137,7 +143,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         rolling.cancel()
         trimming.cancel()
         await asyncio.to_thread(dispatcher.stop)
-        await asyncio.to_thread(maintainer.stop)
+        await asyncio.to_thread(metrics.maintainer.stop)
         await asyncio.to_thread(detection.stop)
         with contextlib.suppress(asyncio.CancelledError):
             await retention

@@ -157,7 +157,7 @@ def _span(names: list[str]) -> str:
 
 
 def _show_progress(server: RunningServer, agents: list[tuple[Pusher, threading.Thread]], args: argparse.Namespace, stop: threading.Event) -> None:
-    writer = server.server.config.app.state.writer
+    writer = server.server.config.app.state.services.writer
     started = time.monotonic()
     last = (started, 0)
     shown: dict[int, dict] = {}

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from server.alerts.dispatcher import AlertDispatcher, external_url_of
 from server.alerts.routing import Routing, routing_from_settings
+from server.alerts.settings import AlertSettings
 
 
 def routing(settings) -> Routing:
-    """Receivers and routes from the settings; raises RoutingError on a bad routes file."""
+    """Receivers and routes from the settings (the alerts section, and the top-level webhook_urls
+    and webhook_secret kept for LAGGARD_WEBHOOK_URLS); raises RoutingError on a bad routes file."""
     return routing_from_settings(settings)
 
 
-def start(app: FastAPI, engine: Engine, routes: Routing, *, is_leader: Callable[[], bool]) -> AlertDispatcher:
+def external_url(settings) -> str:
+    """Where alerts link back to: alerts.external_url, else this collector's host and port."""
+    return external_url_of(settings)
+
+
+def start(engine: Engine, routes: Routing, cfg: AlertSettings, *, external_url: str, is_leader: Callable[[], bool]) -> AlertDispatcher:
     """The dispatcher, running (when alerts are enabled) but acting only while is_leader()."""
-    settings = app.state.settings
-    dispatcher = AlertDispatcher(engine, routes, settings.alerts, external_url=external_url_of(settings), is_leader=is_leader)
-    if settings.alerts.enabled:
+    dispatcher = AlertDispatcher(engine, routes, cfg, external_url=external_url, is_leader=is_leader)
+    if cfg.enabled:
         dispatcher.start()
-    app.state.alerts = dispatcher
     return dispatcher

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+
+from server.services import Services, ServicesDep
 
 router = APIRouter(tags=["health"])
 
@@ -15,22 +17,22 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="The database answers and takes writes", responses={503: {}})
-def readyz(request: Request) -> JSONResponse:
+def readyz(services: ServicesDep) -> JSONResponse:
     try:
-        with request.app.state.engine.connect() as conn:
+        with services.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:  # any failure to reach the database means "not ready"
         return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, status_code=503)
     # Answering is not enough: a full disk still answers SELECT 1 and refuses every push.
-    if (failure := request.app.state.write_health.failing()) is not None:
+    if (failure := services.write_health.failing()) is not None:
         return JSONResponse({"status": "unavailable", "database": "ok", "writes": failure}, status_code=503)
-    return JSONResponse({"status": "ok", "database": "ok", "writes": "ok", "detection": _detection(request)})
+    return JSONResponse({"status": "ok", "database": "ok", "writes": "ok", "detection": _detection(services)})
 
 
-def _detection(request: Request) -> dict | None:
+def _detection(services: Services) -> dict | None:
     """What this process does for detection: whether it leads (alert dispatch, shared metrics)
     and which clusters it judges (server/detect/leases.py)."""
-    detection = getattr(request.app.state, "detection", None)
-    if detection is None or not request.app.state.settings.detection_enabled:
+    detection = services.detection
+    if not services.settings.detection_enabled:
         return None
     return {"leader": detection.lock.held, "clusters": list(detection.clusters)}

@@ -8,6 +8,7 @@ from agent.exposition import CONTENT_TYPE
 from server.errors import ApiError
 from server.metrics.runtime import renderer_for
 from server.metrics.selection import Selection, SelectionError, parse_selection
+from server.services import ServicesDep
 
 router = APIRouter(tags=["metrics"])
 
@@ -24,24 +25,24 @@ _SELECTION_PARAMETERS = [
 @router.get("/metrics", summary="Prometheus metrics (text format 0.0.4); ?cluster= and ?shard=&shards= scrape a slice",
             response_class=Response, responses={200: {"content": {"text/plain": {}}}, 400: {}, 404: {}},
             openapi_extra={"parameters": _SELECTION_PARAMETERS})
-def metrics(request: Request) -> Response:
+def metrics(request: Request, services: ServicesDep) -> Response:
     # Plain def: the database reads run on the thread pool, not on the event loop.
-    state = request.app.state
-    settings = state.settings.metrics
+    runtime = services.metrics
+    settings = runtime.settings
     if not settings.enabled:
         raise ApiError(404, "metrics are turned off (LAGGARD_METRICS__ENABLED=false)", loc=["path"], type="not_found")
     selection = _selection(request)
-    exporter = state.fleet_exporter
+    exporter = runtime.exporter
     exports = exporter.exports()
     # The fleet's series once, however many replicas are scraped (server/metrics/exporter.py).
-    families = state.metrics_collector.families(selection) if exports else []
+    families = runtime.collector.families(selection) if exports else []
     # This replica's own series go with the series that name no cluster: once per split.
     own = [exporter.family(exports)] if selection.takes_unclustered else []
-    body = renderer_for(state, selection).render([*families, *own])
+    body = renderer_for(runtime.instruments, selection).render([*families, *own])
     if settings.process_series and selection.takes_unclustered:
         from prometheus_client import generate_latest
 
-        body += generate_latest(state.process_registry).decode()
+        body += generate_latest(runtime.instruments.process_registry).decode()
     return Response(body, media_type=CONTENT_TYPE)
 
 

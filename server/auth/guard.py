@@ -19,6 +19,7 @@ from server.auth.ratelimit import RateLimiter, retry_after_header
 from server.auth.store import principal_for
 from server.auth.tokens import ANONYMOUS, Principal, token_hash
 from server.errors import ApiError
+from server.services import services
 from server.store.engine import database_unavailable
 
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer lgd_…` (laggard token create)")
@@ -75,7 +76,7 @@ def require(*scopes: str):
     them all), and leaves the Principal in request.state.principal."""
 
     async def check(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
-        auth: Authenticator = request.app.state.auth
+        auth = services(request).auth
         principal = await auth.principal(credentials.credentials if credentials else None)
         if not any(principal.allows(s) for s in scopes):
             raise ApiError(403, f"this token lacks the scope {' or '.join(scopes)}", loc=["header", "authorization"], type="forbidden")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from server.auth import store
 from server.auth.tokens import SCOPES, parse_scopes
 from server.errors import ApiError
 from server.protocol import PRINTABLE, PathName
+from server.services import EngineDep
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
@@ -40,15 +41,15 @@ class CreatedToken(TokenOut):
 
 
 @router.get("", summary="Every token (without the secrets)")
-def list_tokens(request: Request) -> dict[str, list[TokenOut]]:
-    with request.app.state.engine.connect() as conn:
+def list_tokens(engine: EngineDep) -> dict[str, list[TokenOut]]:
+    with engine.connect() as conn:
         return {"tokens": [TokenOut(**vars(t)) for t in store.list_tokens(conn)]}
 
 
 @router.post("", status_code=201, summary="Create a token; the answer holds it, once", responses={422: {}})
-def create_token(request: Request, body: TokenRequest) -> CreatedToken:
+def create_token(engine: EngineDep, body: TokenRequest) -> CreatedToken:
     try:
-        with request.app.state.engine.begin() as conn:
+        with engine.begin() as conn:
             token, info = store.create_token(conn, scopes=parse_scopes(body.scopes), name=body.name, cluster=body.cluster, nodes=body.nodes)
     except ValueError as exc:
         raise ApiError(422, str(exc), loc=["body"], type="invalid") from None
@@ -56,8 +57,8 @@ def create_token(request: Request, body: TokenRequest) -> CreatedToken:
 
 
 @router.delete("/{key_id}", summary="Revoke a token (takes effect within LAGGARD_TOKEN_CACHE_S)", responses={404: {}})
-def revoke_token(request: Request, key_id: str) -> dict[str, str]:
-    with request.app.state.engine.begin() as conn:
+def revoke_token(engine: EngineDep, key_id: str) -> dict[str, str]:
+    with engine.begin() as conn:
         if not store.revoke_token(conn, key_id=key_id):
             raise ApiError(404, f"no live token with key id {key_id!r}", loc=["path", "key_id"], type="not_found")
     return {"revoked": key_id}

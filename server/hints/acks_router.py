@@ -10,8 +10,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from server.errors import ApiError
-from server.hints.router import hints_cache
+from server.hints.router import HintsCacheDep
 from server.protocol import DEFAULT_CLUSTER
+from server.services import EngineDep
 from server.store import acks as ack_store
 
 router = APIRouter(prefix="/api/v1/acks", tags=["hints"])
@@ -28,19 +29,19 @@ class AckRequest(BaseModel):
 
 @router.post("", status_code=201, summary="Acknowledge that a node's (or GPU's) hardware fault was remedied",
              responses={404: {}, 422: {}})
-def acknowledge(request: Request, body: AckRequest) -> dict[str, Any]:
+def acknowledge(request: Request, body: AckRequest, engine: EngineDep, cache: HintsCacheDep) -> dict[str, Any]:
     principal = request.state.principal
     try:
-        with request.app.state.engine.begin() as conn:
+        with engine.begin() as conn:
             row = ack_store.add_ack(conn, cluster=body.cluster, node=body.node, gpu=body.gpu, note=body.note,
                                     acked_by=principal.name or principal.key_id or "unknown", key_id=principal.key_id or None)
     except ack_store.UnknownNode as exc:
         raise ApiError(404, str(exc), loc=["body", "node"], type="not_found") from None
-    hints_cache(request.app).invalidate()  # this replica's next answer already sees it
+    cache.invalidate()  # this replica's next answer already sees it
     return row
 
 
 @router.get("", summary="The acknowledgements recorded, oldest first")
-def list_acks(request: Request, cluster: Name | None = None, node: Name | None = None) -> dict[str, list[dict[str, Any]]]:
-    with request.app.state.engine.connect() as conn:
+def list_acks(engine: EngineDep, cluster: Name | None = None, node: Name | None = None) -> dict[str, list[dict[str, Any]]]:
+    with engine.connect() as conn:
         return {"acks": ack_store.list_acks(conn, cluster=cluster, node=node)}

@@ -19,7 +19,9 @@ from fastapi.responses import Response
 
 from server.errors import ApiError
 from server.hints import extender
-from server.hints.router import snapshot
+from server.hints.router import HintsCacheDep, HintSettingsDep, snapshot
+from server.hints.service import HintsCache
+from server.hints.settings import HintSettings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/scheduler", tags=["scheduler"])
@@ -38,21 +40,21 @@ async def _args(request: Request) -> extender.ExtenderArgs:
         raise ApiError(400, str(exc), loc=exc.loc, type="extender_args") from exc
 
 
-async def _hints(request: Request, cluster: str | None) -> tuple[dict[str, Any], str]:
+async def _hints(cache: HintsCache, cluster: str | None) -> tuple[dict[str, Any], str]:
     """Node name → hint, and an error text when hints cannot be had (then every node passes)."""
     try:
-        return (await snapshot(request, cluster)).by_name(), ""
+        return (await snapshot(cache, cluster)).by_name(), ""
     except ApiError as exc:
         log.warning("scheduler extender answering without hints: %s", exc)
         return {}, f"laggard: {exc}"
 
 
-async def _unknown_cluster(request: Request, cluster: str | None, hints: dict[str, Any]) -> str | None:
+async def _unknown_cluster(cache: HintsCache, cluster: str | None, hints: dict[str, Any]) -> str | None:
     """Why a named cluster is unknown (no node of it has ever reported), or None. Answering such a
     request as if every node were healthy would let a typo in urlPrefix turn filtering off unseen."""
     if cluster is None or hints:
         return None
-    known = sorted({n["cluster"] for n in (await snapshot(request, None)).doc["nodes"]})
+    known = sorted({n["cluster"] for n in (await snapshot(cache, None)).doc["nodes"]})
     if cluster in known:
         return None
     return (f"laggard: unknown cluster {cluster!r}: no node of it has reported (check the extender's urlPrefix "
@@ -64,28 +66,28 @@ async def _json(payload: Any, big: bool) -> Response:
     return Response(content, media_type="application/json")
 
 
-def _cluster(request: Request, cluster: str | None) -> str | None:
-    return cluster if cluster is not None else request.app.state.settings.hints.scheduler_cluster
+def _cluster(cfg: HintSettings, cluster: str | None) -> str | None:
+    return cluster if cluster is not None else cfg.scheduler_cluster
 
 
-async def _filter(request: Request, cluster: str | None) -> Response:
+async def _filter(request: Request, cache: HintsCache, cfg: HintSettings, cluster: str | None) -> Response:
     args = await _args(request)
-    name = _cluster(request, cluster)
-    hints, error = await _hints(request, name)
+    name = _cluster(cfg, cluster)
+    hints, error = await _hints(cache, name)
     if not error:
-        error = await _unknown_cluster(request, name, hints) or ""
-    result = extender.filter_result(args, hints, request.app.state.settings.hints, error=error)
+        error = await _unknown_cluster(cache, name, hints) or ""
+    result = extender.filter_result(args, hints, cfg, error=error)
     return await _json(result, big=args.nodes is not None and len(args.node_items or ()) > 200)
 
 
-async def _prioritize(request: Request, cluster: str | None) -> Response:
+async def _prioritize(request: Request, cache: HintsCache, cfg: HintSettings, cluster: str | None) -> Response:
     args = await _args(request)
-    name = _cluster(request, cluster)
-    hints, _ = await _hints(request, name)
-    if (unknown := await _unknown_cluster(request, name, hints)) is not None:
+    name = _cluster(cfg, cluster)
+    hints, _ = await _hints(cache, name)
+    if (unknown := await _unknown_cluster(cache, name, hints)) is not None:
         # HostPriorityList has no error field: the scheduler logs a failed prioritize and goes on.
         raise ApiError(404, unknown, loc=["path", "cluster"], type="unknown_cluster")
-    return await _json(extender.prioritize_result(args, hints, request.app.state.settings.hints), big=False)
+    return await _json(extender.prioritize_result(args, hints, cfg), big=False)
 
 
 _FILTER_DOC = dict(summary="Extender filter: ExtenderArgs → ExtenderFilterResult (avoid/drain nodes fail)", responses={400: {}})
@@ -93,20 +95,20 @@ _PRIORITIZE_DOC = dict(summary="Extender prioritize: ExtenderArgs → HostPriori
 
 
 @router.post("/filter", **_FILTER_DOC)
-async def filter_nodes(request: Request) -> Response:
-    return await _filter(request, None)
+async def filter_nodes(request: Request, cache: HintsCacheDep, cfg: HintSettingsDep) -> Response:
+    return await _filter(request, cache, cfg, None)
 
 
 @router.post("/prioritize", **_PRIORITIZE_DOC)
-async def prioritize_nodes(request: Request) -> Response:
-    return await _prioritize(request, None)
+async def prioritize_nodes(request: Request, cache: HintsCacheDep, cfg: HintSettingsDep) -> Response:
+    return await _prioritize(request, cache, cfg, None)
 
 
 @router.post("/clusters/{cluster}/filter", **_FILTER_DOC)
-async def filter_cluster_nodes(cluster: str, request: Request) -> Response:
-    return await _filter(request, cluster)
+async def filter_cluster_nodes(cluster: str, request: Request, cache: HintsCacheDep, cfg: HintSettingsDep) -> Response:
+    return await _filter(request, cache, cfg, cluster)
 
 
 @router.post("/clusters/{cluster}/prioritize", **_PRIORITIZE_DOC)
-async def prioritize_cluster_nodes(cluster: str, request: Request) -> Response:
-    return await _prioritize(request, cluster)
+async def prioritize_cluster_nodes(cluster: str, request: Request, cache: HintsCacheDep, cfg: HintSettingsDep) -> Response:
+    return await _prioritize(request, cache, cfg, cluster)

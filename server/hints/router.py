@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse, Response
 
 from server.errors import ApiError
 from server.hints.render import slurm_lines
 from server.hints.service import HintsCache, Snapshot
+from server.hints.settings import HintSettings
+from server.services import ServicesDep
 
 router = APIRouter(prefix="/api/v1/hints", tags=["hints"])
 
 
-def hints_cache(app) -> HintsCache:
-    """The app's hints cache, made in its lifespan (server/app.py) with the engine."""
-    return app.state.hints_cache
+# The pieces of the app's services (server/services.py) the hints routers use.
+async def _hints_cache(services: ServicesDep) -> HintsCache:
+    return services.hints
 
 
-async def snapshot(request: Request, cluster: str | None) -> Snapshot:
-    cache = hints_cache(request.app)
+async def _hint_settings(services: ServicesDep) -> HintSettings:
+    return services.settings.hints
+
+
+# The app's hints cache, made in its lifespan (server/app.py) with the engine.
+HintsCacheDep = Annotated[HintsCache, Depends(_hints_cache)]
+HintSettingsDep = Annotated[HintSettings, Depends(_hint_settings)]
+
+
+async def snapshot(cache: HintsCache, cluster: str | None) -> Snapshot:
     try:
         # A fresh snapshot is answered on the event loop; otherwise get() (on a worker thread)
         # serves a tolerably stale one at once, or computes when the cache is cold.
@@ -34,12 +45,12 @@ async def snapshot(request: Request, cluster: str | None) -> Snapshot:
 @router.get("", summary="Per node and GPU: ok / rebalance / avoid / drain, and capacity 0-1 (docs/rebalancing.md)",
             response_class=Response, responses={200: {"content": {"application/json": {}}}, 503: {}})
 async def hints(
-    request: Request,
+    cache: HintsCacheDep,
     cluster: str | None = None,
     node: str | None = None,
     problems_only: bool = False,
 ) -> Response:
-    snap = await snapshot(request, cluster)
+    snap = await snapshot(cache, cluster)
     if node is not None:
         return Response(_encode(snap.doc, node, problems_only), media_type="application/json")
     # The whole document of 100,000 GPUs takes longer to encode than to send: once per snapshot.
@@ -60,6 +71,6 @@ def _encode(doc: dict, node: str | None, problems_only: bool) -> bytes:
 
 @router.get("/slurm", summary="Plain text for NHC-style health scripts: `node action reason`, one line per node not ok",
             response_class=PlainTextResponse, responses={503: {}})
-async def slurm(request: Request, cluster: str | None = None) -> PlainTextResponse:
-    doc = (await snapshot(request, cluster)).doc
+async def slurm(cache: HintsCacheDep, cluster: str | None = None) -> PlainTextResponse:
+    doc = (await snapshot(cache, cluster)).doc
     return PlainTextResponse("".join(line + "\n" for line in slurm_lines(doc)))

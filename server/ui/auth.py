@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
-from server.auth.guard import Authenticator
 from server.auth.tokens import READ, Principal
 from server.errors import ApiError
+from server.services import services
 
 COOKIE = "laggard_ui"
 MAX_FORM_BYTES = 4096
@@ -30,7 +30,7 @@ def bearer(request: Request) -> str | None:
 
 async def principal_of(request: Request, token: str | None) -> Principal:
     """The principal of `token` with the read scope, else ApiError (401, 403, 429, 503)."""
-    auth: Authenticator = request.app.state.auth
+    auth = services(request).auth
     principal = await auth.principal(token)
     if not principal.allows(READ):
         raise ApiError(403, f"this token lacks the scope {READ}", loc=["header", "authorization"], type="forbidden")

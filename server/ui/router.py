@@ -23,7 +23,9 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 
 from server.errors import ApiError
 from server.hints.k8s_sync import utc_now
+from server.hints.service import HintsCache
 from server.peer_groups import peer_group
+from server.services import ServicesDep, services
 from server.store import episodes as episode_store
 from server.store import queries
 from server.ui import auth, data, pages, series, views
@@ -53,7 +55,7 @@ def _html(body: str, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _page(request: Request, title: str, body: str, *, refresh: int = 0, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
-    insecure = request.app.state.settings.insecure
+    insecure = services(request).settings.insecure
     notice = "Authentication is off (--insecure): anyone who reaches this collector sees this page." if insecure else ""
     signed_in = not insecure and bool(request.cookies.get(auth.COOKIE))
     return _html(page(title, body, Links(_prefix(request)), refresh=refresh, signed_in=signed_in, notice=notice), status, headers)
@@ -79,9 +81,8 @@ def _refusal(request: Request, exc: ApiError) -> HTMLResponse:
     return _page(request, titles.get(exc.status, "Error"), body, status=exc.status, headers=exc.headers)
 
 
-async def _hints(request: Request, cluster: str | None) -> dict[str, Any] | None:
+async def _hints(cache: HintsCache, cluster: str | None) -> dict[str, Any] | None:
     """The hints document (the cache GET /api/v1/hints serves), or None if it cannot be had."""
-    cache = request.app.state.hints_cache
     try:
         entry = cache.peek(cluster)
         return (entry if entry is not None else await asyncio.to_thread(cache.get, cluster)).doc
@@ -89,9 +90,9 @@ async def _hints(request: Request, cluster: str | None) -> dict[str, Any] | None
         return None
 
 
-def _read(request: Request, query, **kwargs: Any) -> Any:
+def _read(engine, query, **kwargs: Any) -> Any:
     """One storage query on a connection of its own (call on a worker thread)."""
-    with request.app.state.engine.connect() as conn:
+    with engine.connect() as conn:
         return query(conn, **kwargs)
 
 
@@ -99,12 +100,12 @@ def _read(request: Request, query, **kwargs: Any) -> Any:
 
 
 @router.api_route("", methods=["GET", "HEAD"])
-async def fleet(request: Request, cluster: str | None = None, refresh: int = Refresh) -> Response:
+async def fleet(request: Request, svc: ServicesDep, cluster: str | None = None, refresh: int = Refresh) -> Response:
     if (denied := await _gate(request)) is not None:
         return denied
-    hints = await _hints(request, cluster)
-    drop = request.app.state.settings.detection.clock_drop
-    vm = await asyncio.to_thread(_fleet_model, request.app.state.engine, cluster, hints, drop)
+    hints = await _hints(svc.hints, cluster)
+    drop = svc.settings.detection.clock_drop
+    vm = await asyncio.to_thread(_fleet_model, svc.engine, cluster, hints, drop)
     title = f"Fleet · {cluster}" if cluster else "Fleet"
     return _page(request, title, pages.fleet(vm, Links(_prefix(request))), refresh=refresh)
 
@@ -118,15 +119,15 @@ def _fleet_model(engine, cluster: str | None, hints: dict[str, Any] | None, drop
 
 
 @router.api_route("/episodes/{episode_id}", methods=["GET", "HEAD"])
-async def episode(request: Request, episode_id: int, refresh: int = Refresh) -> Response:
+async def episode(request: Request, svc: ServicesDep, episode_id: int, refresh: int = Refresh) -> Response:
     if (denied := await _gate(request)) is not None:
         return denied
-    vm = await asyncio.to_thread(_episode_model, request.app.state.engine, episode_id)
+    vm = await asyncio.to_thread(_episode_model, svc.engine, episode_id)
     links = Links(_prefix(request))
     if vm is None:
         return _page(request, "No such episode", pages.message("No such episode", f"episode {episode_id} is not stored "
                                                                 "(never, or deleted by retention)", links), status=404)
-    hints = await _hints(request, vm["episode"]["cluster"])
+    hints = await _hints(svc.hints, vm["episode"]["cluster"])
     vm["hint"] = views.hint_index(hints)[0].get((vm["episode"]["cluster"], vm["episode"]["node"]))
     ep = vm["episode"]
     return _page(request, f"#{ep['id']} {ep['cause']} {ep['node']}", pages.episode(vm, links), refresh=refresh)
@@ -178,11 +179,11 @@ def _target_label(ep: dict[str, Any], target: dict[str, Any] | None) -> str:
 
 
 @router.api_route("/nodes/{node}", methods=["GET", "HEAD"])
-async def node(request: Request, node: str, cluster: str | None = None, refresh: int = Refresh) -> Response:
+async def node(request: Request, svc: ServicesDep, node: str, cluster: str | None = None, refresh: int = Refresh) -> Response:
     if (denied := await _gate(request)) is not None:
         return denied
     links = Links(_prefix(request))
-    found = await asyncio.to_thread(_read, request, queries.find_nodes, name=node, cluster=cluster)
+    found = await asyncio.to_thread(_read, svc.engine, queries.find_nodes, name=node, cluster=cluster)
     if len(found) != 1:
         text = (f"node {node!r} is in clusters {', '.join(sorted(n['cluster'] for n in found))}: pick one" if found
                 else f"no node {node!r} has reported" + (f" in cluster {cluster!r}" if cluster else ""))
@@ -190,9 +191,8 @@ async def node(request: Request, node: str, cluster: str | None = None, refresh:
         body += "".join(f"<p>{a(links.node(n['cluster'], node), n['cluster'] + ' / ' + node)}</p>" for n in found)
         return _page(request, "Node", body, status=409 if found else 404)
     record = found[0]
-    hints = await _hints(request, record["cluster"])
-    cfg = request.app.state.settings.hints
-    vm = await asyncio.to_thread(_node_model, request.app.state.engine, record, hints, cfg)
+    hints = await _hints(svc.hints, record["cluster"])
+    vm = await asyncio.to_thread(_node_model, svc.engine, record, hints, svc.settings.hints)
     return _page(request, f"{record['node']}", pages.node(vm, links), refresh=refresh)
 
 
@@ -208,13 +208,14 @@ def _node_model(engine, record: dict[str, Any], hints: dict[str, Any] | None, cf
 
 
 @router.api_route("/stragglers", methods=["GET", "HEAD"])
-async def stragglers(request: Request, cluster: str | None = None, node: str | None = None, gpu: int | None = None) -> Response:
+async def stragglers(request: Request, svc: ServicesDep, cluster: str | None = None, node: str | None = None,
+                     gpu: int | None = None) -> Response:
     """The query of an alert's generatorURL (cluster, node; gpu): its episode's page if one is
     active there, else the active ones that match."""
     if (denied := await _gate(request)) is not None:
         return denied
     links = Links(_prefix(request))
-    active = await asyncio.to_thread(_read, request, episode_store.active_episodes, cluster=cluster, node=node)
+    active = await asyncio.to_thread(_read, svc.engine, episode_store.active_episodes, cluster=cluster, node=node)
     found = [x for x in active if gpu is None or x.get("gpu") == gpu]
     if len(found) == 1:
         return RedirectResponse(links.episode(found[0]["id"]), status_code=303)
@@ -231,7 +232,7 @@ async def stragglers(request: Request, cluster: str | None = None, node: str | N
 async def login_form(request: Request, next: str | None = None) -> Response:
     prefix = _prefix(request)
     header, cookie = auth.bearer(request), request.cookies.get(auth.COOKIE)
-    if header or cookie or request.app.state.settings.insecure:
+    if header or cookie or services(request).settings.insecure:
         try:
             await auth.principal_of(request, header or cookie)
             return RedirectResponse(auth.safe_next(next, prefix), status_code=303)
@@ -251,7 +252,7 @@ async def login(request: Request) -> Response:
         body = pages.login(Links(prefix), next_url=auth.safe_next(next_url, prefix), error=why.get(exc.status, exc.detail[0]["msg"]))
         return _page(request, "Sign in", body, status=exc.status, headers={k: v for k, v in (exc.headers or {}).items() if k == "Retry-After"})
     response = RedirectResponse(auth.safe_next(next_url, prefix), status_code=303)
-    if token and not request.app.state.settings.insecure:
+    if token and not services(request).settings.insecure:
         auth.set_session(response, request, token, prefix)
     return response
 

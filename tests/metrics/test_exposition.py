@@ -71,7 +71,7 @@ def test_render_matches_prometheus_client_on_the_collectors_families(tmp_path):
     server = start_in_thread(create_app(Settings(database_url=f"sqlite:///{tmp_path / 'l.db'}", detection=DetectionSettings(open_after_s=0))))
     try:
         push_range(server.url, float(int(time.time()) - 10), 0, 3, xid={"n1": 1})
-        families = server.server.config.app.state.metrics_collector.families()
+        families = server.server.config.app.state.services.metrics.collector.families()
     finally:
         server.stop()
     assert sum(len(f.rows) for f in families) > 400

@@ -23,7 +23,7 @@ def test_every_connection_maps_what_the_setting_says(sqlite_url, monkeypatch, en
         monkeypatch.setenv(name, value)
     settings = Settings(database_url=sqlite_url, retention_interval_s=3600, detection_enabled=False)
     with TestClient(create_app(settings)) as client:
-        assert _mapped_bytes(client.app.state.engine) == mapped
+        assert _mapped_bytes(client.app.state.services.engine) == mapped
 
 
 def test_a_negative_size_is_refused_at_start(monkeypatch, sqlite_url):

@@ -58,7 +58,7 @@ def client(app):
         now = time.time()
         for node in ("n1", "n2", HOSTILE):
             push(c, batch(node=node, cluster="prod", samples=30, gpus=4, ts=now - 60))
-        with app.state.engine.begin() as conn:
+        with app.state.services.engine.begin() as conn:
             ids = [episodes.open_episode(conn, cluster="prod", node="n1", gpu=1, uuid="GPU-prod.n1-0001", entity="gpu:x", cause="thermal",
                                          severity="critical", onset=now - 40, detected_at=now - 39, summary=f"hot {HOSTILE}",
                                          evidence={"metric": "sm_clock_mhz", "value": 975, "note": HOSTILE,
