@@ -49,7 +49,7 @@ LOCK_FILES = (".detector-lock", ".write-lock")
 def run_demo(args: argparse.Namespace) -> int:
     database_url = args.database_url or _fresh_sqlite(Path.cwd() / "laggard-demo.db")
     # The demo runs on loopback with simulated agents: no tokens (the app warns loudly).
-    settings = Settings(database_url=database_url, host=args.host, port=args.port, insecure=True)
+    settings = Settings(database_url=database_url, host=args.host, port=args.port, auth={"insecure": True})
     try:
         server = start_in_thread(create_app(settings), host=args.host, port=args.port)
     except OSError as exc:

@@ -1,25 +1,158 @@
-"""The collector's one settings class. Built explicitly and passed to create_app(settings)."""
+"""The collector's one settings class, one section per component. Built explicitly and passed to
+create_app(settings).
+
+Each component reads its own section, set through the environment as LAGGARD_<SECTION>__<NAME>
+(docs/operations.md#settings): `auth`, `ingest`, `ingest_limits`, `writer`, `retention`,
+`detector`, `detection`, `hints`, `metrics`, `alerts`; what the whole process shares (database,
+address, workers, TLS, the interpreter) stays at the top. The flat names of earlier versions
+(LAGGARD_INSECURE, LAGGARD_TOKEN_CACHE_S, LAGGARD_RAW_RETENTION_HOURS, ...; Settings(insecure=True))
+still work: LEGACY_NAMES puts each into its section."""
 
 from __future__ import annotations
 
+import json
 import socket
+from collections.abc import Mapping
+from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from server.alerts.settings import AlertSettings
+from server.auth.settings import AuthSettings
 from server.detect.settings import DetectionSettings
 from server.hints.settings import HintSettings
-from server.ingest.settings import IngestLimits
+from server.ingest.settings import IngestLimits, IngestSettings, WriterSettings
 from server.metrics.settings import MetricsSettings
 from server.store.engine import SQLITE_MMAP_MB
 
-MIB = 1024 * 1024
+
+class RetentionSettings(BaseModel):
+    """How long stored data is kept, and how often it is pruned and rolled up (LAGGARD_RETENTION__<NAME>;
+    server/store/retention.py, server/store/rollups.py, docs/operations.md#retention-and-rollups)."""
+
+    raw_hours: float = Field(48.0, gt=0, description="Raw samples (and the ingest log) older than this, by sample time, are deleted; "
+                                                     "their per-minute rollups stay.")
+    rollup_days: float = Field(30.0, gt=0, description="Per-minute rollups and workload changes older than this are deleted.")
+    event_days: float = Field(365.0, gt=0, description="Resolved episodes, their events and XID events older than this are deleted.")
+    days: float | None = Field(
+        None, gt=0, description="Deprecated (one horizon for everything before rollups; LAGGARD_RETENTION_DAYS): if set, raw "
+                                "samples are kept this many days.",
+    )
+    interval_s: float = Field(600.0, description="How often retention runs.")
+    rollup_interval_s: float = Field(60.0, gt=0, description="How often closed minutes are rolled up (server/store/rollups.py).")
+
+    @property
+    def raw_s(self) -> float:
+        """How long raw samples stay: the deprecated single horizon where set, else raw_hours."""
+        return self.days * 86400 if self.days is not None else self.raw_hours * 3600
+
+
+class DetectorSettings(BaseModel):
+    """Where and how often the detector runs (LAGGARD_DETECTOR__<NAME>; server/detect/service.py). What it
+    judges by is the `detection` section (LAGGARD_DETECTION__<NAME>, server/detect/settings.py)."""
+
+    enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
+    poll_s: float = Field(0.2, description="How often the detector looks for newly committed samples.")
+    leader_retry_s: float = Field(
+        2.0, description="How often a replica that does not lead detection tries to take the lead (takeover delay after the leader dies).",
+    )
+
+
+# The flat names of earlier versions (LAGGARD_<NAME> and Settings(<name>=...)) -> (section, name
+# there). Still accepted everywhere; docs/operations.md#settings lists them.
+LEGACY_NAMES: dict[str, tuple[str, str]] = {
+    "insecure": ("auth", "insecure"),
+    "metrics_public": ("auth", "metrics_public"),
+    "scheduler_public": ("auth", "scheduler_public"),
+    "token_cache_s": ("auth", "token_cache_s"),
+    "rate_limit_per_s": ("auth", "rate_limit_per_s"),
+    "rate_limit_burst": ("auth", "rate_limit_burst"),
+    "max_body_bytes": ("ingest", "max_body_bytes"),
+    "max_future_skew_s": ("ingest", "max_future_skew_s"),
+    "body_timeout_s": ("ingest", "body_timeout_s"),
+    "gpu_move_after_s": ("ingest", "gpu_move_after_s"),
+    "ingest_writer_threads": ("writer", "threads"),
+    "ingest_group_max_bodies": ("writer", "group_max_bodies"),
+    "ingest_slice_rows": ("writer", "slice_rows"),
+    "ingest_small_rows": ("writer", "small_rows"),
+    "ingest_heavy_wait_s": ("writer", "heavy_wait_s"),
+    "write_failure_unready_s": ("writer", "failure_unready_s"),
+    "ingest_writer_socket": ("writer", "socket"),
+    "ingest_writer_key": ("writer", "key"),
+    "raw_retention_hours": ("retention", "raw_hours"),
+    "rollup_retention_days": ("retention", "rollup_days"),
+    "event_retention_days": ("retention", "event_days"),
+    "retention_days": ("retention", "days"),
+    "retention_interval_s": ("retention", "interval_s"),
+    "rollup_interval_s": ("retention", "rollup_interval_s"),
+    "detection_enabled": ("detector", "enabled"),
+    "detection_poll_s": ("detector", "poll_s"),
+    "leader_retry_s": ("detector", "leader_retry_s"),
+    "webhook_urls": ("alerts", "webhook_urls"),
+    "webhook_secret": ("alerts", "webhook_secret"),
+}
+
+
+def _section_dict(value: Any) -> dict[str, Any]:
+    """A section as given (a dict, a model, JSON text or nothing) as a dict of what it sets."""
+    if value is None:
+        return {}
+    if isinstance(value, BaseModel):
+        return {name: getattr(value, name) for name in value.model_fields_set}
+    if isinstance(value, str | bytes):
+        value = json.loads(value)  # a JSONDecodeError is a ValueError: pydantic reports it
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a settings section is a mapping, not {type(value).__name__}")
+    return dict(value)
+
+
+def nest_legacy_names(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with each legacy flat name (LEGACY_NAMES, any case) moved into its section. A flat
+    name given beside the same setting in its section wins: among keyword arguments both are the
+    caller's, and it is the more specific; between LAGGARD_* variables the sources decide
+    (Settings.settings_customise_sources: the nested name wins there)."""
+    moved: dict[str, dict[str, Any]] = {}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        target = LEGACY_NAMES.get(key.lower()) if isinstance(key, str) else None
+        if target is None:
+            out[key] = value
+        else:
+            moved.setdefault(target[0], {})[target[1]] = value
+    for section, values in moved.items():
+        out[section] = {**_section_dict(out.get(section)), **values}
+    return out
+
+
+class _LegacyEnvNames(PydanticBaseSettingsSource):
+    """The legacy flat LAGGARD_<NAME> variables that `env` (the environment, or a dotenv file) holds,
+    in their sections. Ranked just below `env`, so that LAGGARD_AUTH__TOKEN_CACHE_S wins over
+    LAGGARD_TOKEN_CACHE_S where both are set."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: EnvSettingsSource):
+        super().__init__(settings_cls)
+        self.env = env
+        self.__name__ = f"LegacyNames({type(env).__name__})"
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, "", False  # the whole work is in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        found = {}
+        for name in LEGACY_NAMES:
+            env_name = f"{self.env.env_prefix}{name}"
+            value = self.env.env_vars.get(env_name if self.env.case_sensitive else env_name.lower())
+            if value is not None:
+                found[name] = value
+        return nest_legacy_names(found)
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LAGGARD_", env_nested_delimiter="__", extra="ignore")
 
+    # --- the process ---------------------------------------------------------------------
     database_url: str = Field(
         "sqlite:///laggard.db",
         description="SQLAlchemy URL; postgresql://... uses psycopg 3. Default: SQLite file in the working directory.",
@@ -31,17 +164,8 @@ class Settings(BaseSettings):
         None, max_length=200, description="This collector's name among replicas sharing a database (default: host:port). The "
                                           "replica leading detection exports the fleet-level metrics; the others do not.")
     migrate_on_start: bool = True
-
-    max_body_bytes: int = Field(16 * MIB, description="Request body limit, counted after gzip decompression too.")
-    max_future_skew_s: float = Field(300.0, description="Samples stamped further than this in the future are rejected.")
-    gpu_move_after_s: float = Field(
-        300.0, gt=0, description="A GPU (by UUID) moves to another node only once its node has not reported it for this long; "
-                                 "until then a second node reporting it gets 409 (server/store/ids.py).")
-    body_timeout_s: float = Field(
-        30.0, gt=0, description="A request body must arrive whole within this many seconds of the request's headers (408 and the "
-                                "connection closed beyond), so that a client sending less than its Content-Length cannot hold a "
-                                "connection. 16 MiB in 30 s needs 0.6 MB/s.",
-    )
+    tls_cert_file: str | None = Field(None, description="Serve HTTPS with this certificate chain (PEM); needs tls_key_file.")
+    tls_key_file: str | None = Field(None, description="The private key (PEM) of tls_cert_file.")
 
     gil_switch_interval_s: float = Field(
         0.0005, ge=0, description="CPython's GIL switch interval in the collector (sys.setswitchinterval; 0: Python's 5 ms). "
@@ -51,78 +175,46 @@ class Settings(BaseSettings):
     memory_trim_interval_s: float = Field(
         5.0, description="How often the collector hands freed heap memory back to the system (glibc malloc_trim; 0: never).",
     )
-
     sqlite_mmap_mb: int = Field(
         SQLITE_MMAP_MB, ge=0, description="How much of the SQLite database file is read through a memory map (PRAGMA mmap_size; 0: none). "
                                           "Mapped pages count in the collector's RSS once read.",
     )
 
-    raw_retention_hours: float = Field(48.0, gt=0, description="Raw samples (and the ingest log) older than this, by sample time, are deleted; "
-                                                              "their per-minute rollups stay.")
-    rollup_retention_days: float = Field(30.0, gt=0, description="Per-minute rollups and workload changes older than this are deleted.")
-    event_retention_days: float = Field(365.0, gt=0, description="Resolved episodes, their events and XID events older than this are deleted.")
-    retention_days: float | None = Field(
-        None, gt=0, description="Deprecated (one horizon for everything before rollups): if set, raw samples are kept this many days.",
-    )
-    retention_interval_s: float = Field(600.0, description="How often retention runs.")
-    rollup_interval_s: float = Field(60.0, gt=0, description="How often closed minutes are rolled up (server/store/rollups.py).")
-
-    detection: DetectionSettings = Field(default_factory=DetectionSettings)
-    detection_enabled: bool = Field(True, description="Run the detector in this process (one process per database leads).")
-    detection_poll_s: float = Field(0.2, description="How often the detector looks for newly committed samples.")
-    leader_retry_s: float = Field(
-        2.0, description="How often a replica that does not lead detection tries to take the lead (takeover delay after the leader dies).",
-    )
-    hints: HintSettings = Field(default_factory=HintSettings, description="Scheduler hints (server/hints, docs/rebalancing.md).")
-
-    write_failure_unready_s: float = Field(
-        30.0, description="After a push fails for the database's reason (disk full, database unreachable), /readyz answers 503 "
-                          "until a push succeeds, for at most this long: a collector taken out of its Service sees no pushes, "
-                          "so it then reports ready again to try.",
-    )
-    ingest_writer_threads: int = Field(0, description="0 = automatic: 1 for SQLite (one writer), 4 otherwise.")
-    ingest_group_max_bodies: int = Field(64, description="Most request bodies committed in one transaction.")
-    ingest_slice_rows: int = Field(
-        128, description="A heavy push (see ingest_small_rows) is committed in slices of about this many rows, each its own "
-                          "transaction, between other tokens' pushes.",
-    )
-    ingest_small_rows: int = Field(
-        1024, ge=0, description="A push of more rows (a new node, GPU or port counting as 32) is heavy: committed in slices of "
-                                "ingest_slice_rows, each alone and only when no lighter push of another token waits. Lighter "
-                                "pushes are committed together. 0: no push is heavy, every token served in turn regardless of size.",
-    )
-    ingest_heavy_wait_s: float = Field(
-        0.05, description="Heavy pushes passed over this long while smaller ones were served: the next transaction is a heavy one "
-                         "(so that small pushes cannot starve them).",
-    )
-    # Set by `laggard server --workers N` on SQLite for its workers (server/store/writer_service.py).
-    ingest_writer_socket: str | None = Field(None, description="Unix socket of the shared writer process; none: write in-process.")
-    ingest_writer_key: SecretStr | None = Field(None, description="Hex key that authenticates workers to the writer process.")
-
-    # Authentication (server/auth, docs/security.md).
-    insecure: bool = Field(False, description="Turn authentication off (LAGGARD_INSECURE=1): anyone may push, read and drain. Demo and tests only.")
-    metrics_public: bool = Field(False, description="Serve GET /metrics without a token (else: a token with the read scope).")
-    scheduler_public: bool = Field(
-        False, description="Serve the kube-scheduler extender (/scheduler/*) without a token: kube-scheduler cannot send one; "
-                           "restrict who reaches it (NetworkPolicy) instead.",
-    )
-    token_cache_s: float = Field(10.0, description="How long a worker trusts a looked-up token (a revoked one works at most this long).")
-    rate_limit_per_s: float = Field(
-        200.0, description="Requests per second per token, per process, on average (429 beyond). One agent token shared by a "
-                           "cluster sends about nodes / push interval: 1,000 nodes every 5 s is 200/s.",
-    )
-    rate_limit_burst: float = Field(400.0, description="Requests a token may send at once before the rate limit applies.")
+    # --- one section per component (LAGGARD_<SECTION>__<NAME>) --------------------------------
+    auth: AuthSettings = Field(default_factory=AuthSettings, description="Authentication and the per-token rate limit (server/auth, "
+                                                                         "docs/security.md).")
+    ingest: IngestSettings = Field(default_factory=IngestSettings, description="What a push may be: body size and time, clock skew, "
+                                                                               "GPU moves.")
     ingest_limits: IngestLimits = Field(
         default_factory=IngestLimits, description="Limits by work (GPU-samples, in-flight requests, new nodes) per token and cluster.",
     )
-    tls_cert_file: str | None = Field(None, description="Serve HTTPS with this certificate chain (PEM); needs tls_key_file.")
-    tls_key_file: str | None = Field(None, description="The private key (PEM) of tls_cert_file.")
-
+    writer: WriterSettings = Field(default_factory=WriterSettings, description="How pushes are committed (server/store/writer.py).")
+    retention: RetentionSettings = Field(default_factory=RetentionSettings, description="Retention and rollups (docs/operations.md).")
+    detector: DetectorSettings = Field(default_factory=DetectorSettings, description="Where and how often the detector runs.")
+    detection: DetectionSettings = Field(default_factory=DetectionSettings, description="What the detector judges by (docs/detection.md).")
+    hints: HintSettings = Field(default_factory=HintSettings, description="Scheduler hints (server/hints, docs/rebalancing.md).")
     # Prometheus exposition and alert webhooks (issue #5; docs/observability.md).
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
-    webhook_urls: str = Field("", description="Comma-separated webhook URLs that receive every alert (Alertmanager v4 payload).")
-    webhook_secret: SecretStr | None = Field(None, description="HMAC-SHA256 key for the X-Laggard-Signature header.")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        # pydantic-settings' order (keyword arguments, environment, dotenv, secrets), each
+        # environment source followed by the legacy flat names it holds. Keyword arguments with
+        # legacy names are nested by _nest_legacy_names below.
+        sources: list[PydanticBaseSettingsSource] = [init_settings]
+        for source in (env_settings, dotenv_settings):
+            sources.append(source)
+            if isinstance(source, EnvSettingsSource):
+                sources.append(_LegacyEnvNames(settings_cls, source))
+        return (*sources, file_secret_settings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_legacy_names(cls, data: Any) -> Any:
+        return nest_legacy_names(data) if isinstance(data, Mapping) else data
 
     @field_validator("database_url")
     @classmethod
@@ -134,22 +226,21 @@ class Settings(BaseSettings):
         return url
 
     @property
-    def raw_retention_s(self) -> float:
-        # The deprecated single horizon, where set, is how long raw samples stay.
-        return self.retention_days * 86400 if self.retention_days is not None else self.raw_retention_hours * 3600
-
-    @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
-    @property
-    def writer_threads(self) -> int:
-        if self.ingest_writer_threads > 0:
-            return self.ingest_writer_threads
-        return 1 if self.is_sqlite else 4
+    def with_changes(self, changes: Mapping[str, Any]) -> Settings:
+        """A copy with `changes` (top-level names, section names with a dict of the section's names
+        to change, or legacy flat names), unvalidated as model_copy(update=...) is."""
+        update: dict[str, Any] = {}
+        for name, value in nest_legacy_names(changes).items():
+            current = getattr(self, name, None)
+            update[name] = current.model_copy(update=value) if isinstance(current, BaseModel) and isinstance(value, Mapping) else value
+        return self.model_copy(update=update)
 
 
 # `laggard` flags that name a setting (server/cli/main.py).
+# (`insecure` is the legacy name of auth.insecure, nested by the Settings like any keyword argument.)
 FLAG_SETTINGS = ("database_url", "host", "port", "workers", "tls_cert_file", "tls_key_file", "insecure")
 
 

@@ -1,8 +1,9 @@
 """Who receives which alert.
 
 Two sources, combined:
-- LAGGARD_WEBHOOK_URLS (comma-separated) and LAGGARD_WEBHOOK_SECRET: receivers named
-  webhook-1, webhook-2, ... that get every alert;
+- LAGGARD_ALERTS__WEBHOOK_URLS (comma-separated) and LAGGARD_ALERTS__WEBHOOK_SECRET (or the flat
+  LAGGARD_WEBHOOK_URLS and LAGGARD_WEBHOOK_SECRET): receivers named webhook-1, webhook-2, ... that
+  get every alert;
 - the routes file (LAGGARD_ALERTS__ROUTES_FILE, YAML or JSON), for routing by cluster, cause,
   severity or any other alert label:
 
@@ -37,6 +38,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from server.alerts.settings import AlertSettings
 
 
 @dataclass(frozen=True)
@@ -212,9 +215,10 @@ def _check_known(names: list[str], receivers: Mapping[str, Receiver], where: str
             raise RoutingError(f"{where} names unknown receiver {name!r}")
 
 
-def routing_from_settings(settings) -> Routing:
-    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret is not None else None
-    return load_routing(webhook_urls=settings.webhook_urls, webhook_secret=secret, routes_file=settings.alerts.routes_file)
+def routing_from_settings(cfg: AlertSettings) -> Routing:
+    """Receivers and routes of the alerts section: webhook_urls, webhook_secret and routes_file."""
+    secret = cfg.webhook_secret.get_secret_value() if cfg.webhook_secret is not None else None
+    return load_routing(webhook_urls=cfg.webhook_urls, webhook_secret=secret, routes_file=cfg.routes_file)
 
 
 def _read_doc(path: str) -> Any:

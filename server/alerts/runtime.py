@@ -11,10 +11,10 @@ from server.alerts.routing import Routing, routing_from_settings
 from server.alerts.settings import AlertSettings
 
 
-def routing(settings) -> Routing:
-    """Receivers and routes from the settings (the alerts section, and the top-level webhook_urls
-    and webhook_secret kept for LAGGARD_WEBHOOK_URLS); raises RoutingError on a bad routes file."""
-    return routing_from_settings(settings)
+def routing(cfg: AlertSettings) -> Routing:
+    """Receivers and routes from the alerts section (webhook_urls, webhook_secret, routes_file);
+    raises RoutingError on a bad routes file."""
+    return routing_from_settings(cfg)
 
 
 def external_url(settings) -> str:

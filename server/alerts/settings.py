@@ -1,14 +1,17 @@
 """Settings of alert delivery (LAGGARD_ALERTS__<NAME>). The simple receivers come from
-LAGGARD_WEBHOOK_URLS and LAGGARD_WEBHOOK_SECRET (server/settings.py); routing by cluster,
+LAGGARD_ALERTS__WEBHOOK_URLS and LAGGARD_ALERTS__WEBHOOK_SECRET (the flat LAGGARD_WEBHOOK_URLS and
+LAGGARD_WEBHOOK_SECRET of earlier versions still set them: server/settings.py); routing by cluster,
 cause and severity from the file named by LAGGARD_ALERTS__ROUTES_FILE (docs/observability.md)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 
 class AlertSettings(BaseModel):
     enabled: bool = Field(True, description="Run the alert dispatcher (in the process that leads detection).")
+    webhook_urls: str = Field("", description="Comma-separated webhook URLs that receive every alert (Alertmanager v4 payload).")
+    webhook_secret: SecretStr | None = Field(None, description="HMAC-SHA256 key for the X-Laggard-Signature header.")
     routes_file: str | None = Field(None, description="YAML or JSON file of receivers and routes.")
     external_url: str | None = Field(
         None, description="This collector's URL as receivers should link to it (externalURL, generatorURL). "

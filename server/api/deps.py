@@ -20,7 +20,7 @@ ConnDep = Annotated[Connection, Depends(_connection)]
 
 
 async def _raw_retention_s(services: ServicesDep) -> float:
-    return services.settings.raw_retention_s
+    return services.settings.retention.raw_s
 
 
 # How long raw samples are kept (the read API chooses raw samples or rollups by it).

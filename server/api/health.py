@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from server.services import Services, ServicesDep
+from server.services import ServicesDep
 
 router = APIRouter(tags=["health"])
 
@@ -29,10 +31,10 @@ def readyz(services: ServicesDep) -> JSONResponse:
     return JSONResponse({"status": "ok", "database": "ok", "writes": "ok", "detection": _detection(services)})
 
 
-def _detection(services: Services) -> dict | None:
+def _detection(services: Any) -> dict | None:  # server/app.py Services
     """What this process does for detection: whether it leads (alert dispatch, shared metrics)
     and which clusters it judges (server/detect/leases.py)."""
     detection = services.detection
-    if not services.settings.detection_enabled:
+    if not services.settings.detector.enabled:
         return None
     return {"leader": detection.lock.held, "clusters": list(detection.clusters)}

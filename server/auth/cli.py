@@ -89,7 +89,7 @@ def _revoke(args: argparse.Namespace) -> int:
     if not revoked:
         print(f"laggard token revoke: no live token with key id {args.key_id!r}", file=sys.stderr)
         return 1
-    print(f"revoked {args.key_id}; collectors stop accepting it within LAGGARD_TOKEN_CACHE_S (10 s)", file=sys.stderr)
+    print(f"revoked {args.key_id}; collectors stop accepting it within LAGGARD_AUTH__TOKEN_CACHE_S (10 s)", file=sys.stderr)
     return 0
 
 

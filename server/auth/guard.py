@@ -2,7 +2,7 @@
 
 A presented token is looked up once and then remembered for `cache_s` seconds per process, so
 the ingest path costs a dictionary lookup, not a query; a revoked token therefore stops working
-within `cache_s` (10 s by default) on every worker and replica."""
+within `cache_s` (LAGGARD_AUTH__TOKEN_CACHE_S, 10 s by default) on every worker and replica."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from server.auth.ratelimit import RateLimiter, retry_after_header
+from server.auth.settings import AuthSettings
 from server.auth.store import principal_for
 from server.auth.tokens import ANONYMOUS, Principal, token_hash
 from server.errors import ApiError
@@ -31,6 +32,12 @@ class Authenticator:
                  clock: Callable[[], float] = time.monotonic):
         self.engine, self.insecure, self.cache_s, self.limiter, self._clock = engine, insecure, cache_s, limiter, clock
         self._cache: dict[str, tuple[Principal | None, float]] = {}
+
+    @classmethod
+    def from_settings(cls, engine: Engine | None, cfg: AuthSettings) -> Authenticator:
+        """The authenticator the auth section describes: insecure, token cache and rate limit."""
+        return cls(engine, insecure=cfg.insecure, cache_s=cfg.token_cache_s,
+                   limiter=RateLimiter(rate=cfg.rate_limit_per_s, burst=cfg.rate_limit_burst))
 
     async def principal(self, token: str | None) -> Principal:
         if self.insecure:

@@ -42,7 +42,7 @@ class Principal:
         return None
 
 
-# Used when auth is off (LAGGARD_INSECURE): everything is allowed.
+# Used when auth is off (LAGGARD_AUTH__INSECURE): everything is allowed.
 ANONYMOUS = Principal(key_id="", name="insecure", scopes=frozenset({ADMIN}))
 
 

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--tls-cert", dest="tls_cert_file", help="serve HTTPS with this PEM certificate chain (LAGGARD_TLS_CERT_FILE)")
     server.add_argument("--tls-key", dest="tls_key_file", help="the PEM private key of --tls-cert (LAGGARD_TLS_KEY_FILE)")
     server.add_argument("--insecure", action="store_const", const=True, default=None,
-                        help="turn authentication off: anyone may push, read and drain (LAGGARD_INSECURE=1; demos and tests only)")
+                        help="turn authentication off: anyone may push, read and drain (LAGGARD_AUTH__INSECURE=1; demos and tests only)")
     server.set_defaults(run=_run_server)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
@@ -109,7 +109,7 @@ def _run_server(args: argparse.Namespace) -> int:
     migrate.upgrade(engine)
     engine.dispose()
     writer = _start_writer_process(settings)
-    worker_settings = settings.model_copy(update={"migrate_on_start": False, **(writer.worker_settings if writer is not None else {})})
+    worker_settings = settings.with_changes({"migrate_on_start": False, **(writer.worker_settings if writer is not None else {})})
     try:
         return _supervise_workers(worker_settings, common, writer)
     finally:
@@ -135,7 +135,7 @@ def _start_writer_process(settings: Settings):
         return None
     from server.store.writer_service import WriterProcess
 
-    writer = WriterProcess(settings.database_url, group_max=settings.ingest_group_max_bodies, gpu_move_after_s=settings.gpu_move_after_s)
+    writer = WriterProcess(settings.database_url, group_max=settings.writer.group_max_bodies, gpu_move_after_s=settings.ingest.gpu_move_after_s)
     writer.start()
     logging.getLogger("uvicorn.error").info("ingest writer process %s at %s", writer.process.pid, writer.address)
     return writer

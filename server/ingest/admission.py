@@ -5,7 +5,7 @@ has rows left in its budget. After the batch is decoded, when its cost is known,
 writer's side: a node name the cluster has never had counts against the token's registrations
 per minute and the cluster's cap on nodes; then the rows are taken from the token's and the
 cluster's budgets. A refusal is a 429 with Retry-After (409 at the node cap), and nothing of
-the batch is stored. Anonymous requests (LAGGARD_INSECURE) are not limited, as with the request
+the batch is stored. Anonymous requests (LAGGARD_AUTH__INSECURE) are not limited, as with the request
 rate limit: there is no token to hold to account."""
 
 from __future__ import annotations

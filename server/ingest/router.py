@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from server.errors import ApiError
 from server.ingest.decode import content_is_gzip, decode_rows, read_body
-from server.services import Services, services
+from server.services import services
 from server.store.engine import database_unavailable, disk_full
 from server.store.ids import GpuClaimConflict
 from server.store.writer_service import WriterDiskFull, WriterUnavailable
@@ -35,13 +36,13 @@ async def post_samples(request: Request) -> Response:
         return await _ingest(request, svc)
 
 
-async def _ingest(request: Request, svc: Services) -> Response:
-    settings = svc.settings
+async def _ingest(request: Request, svc: Any) -> Response:  # svc: server/app.py Services
+    cfg = svc.settings.ingest
     writer = svc.writer
     gzipped = content_is_gzip(request.headers.get("content-encoding"))
-    raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=settings.max_body_bytes)
+    raw = await read_body(request.stream(), content_length=request.headers.get("content-length"), limit=cfg.max_body_bytes)
     decode = functools.partial(
-        decode_rows, raw, gzipped=gzipped, limit=settings.max_body_bytes, now=time.time(), max_future_skew_s=settings.max_future_skew_s,
+        decode_rows, raw, gzipped=gzipped, limit=cfg.max_body_bytes, now=time.time(), max_future_skew_s=cfg.max_future_skew_s,
         principal=request.state.principal,  # set by the router's auth dependency (server/auth/guard.py)
     )
     health = svc.write_health

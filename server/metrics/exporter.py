@@ -8,7 +8,7 @@ process_* and python_* series. A replica is every worker process behind one host
 LAGGARD_REPLICA), so any worker of the leading replica answers a scrape the same way.
 
 While no process leads (none has detection on, or during a takeover, at most
-LAGGARD_LEADER_RETRY_S after the old leader's lock session is gone), every replica exports:
+LAGGARD_DETECTOR__LEADER_RETRY_S after the old leader's lock session is gone), every replica exports:
 a gap in the fleet's series would be worse than a scrape that, with three or more replicas,
 may count it twice during those seconds."""
 

@@ -55,7 +55,7 @@ def _html(body: str, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _page(request: Request, title: str, body: str, *, refresh: int = 0, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
-    insecure = services(request).settings.insecure
+    insecure = services(request).settings.auth.insecure
     notice = "Authentication is off (--insecure): anyone who reaches this collector sees this page." if insecure else ""
     signed_in = not insecure and bool(request.cookies.get(auth.COOKIE))
     return _html(page(title, body, Links(_prefix(request)), refresh=refresh, signed_in=signed_in, notice=notice), status, headers)
@@ -232,7 +232,7 @@ async def stragglers(request: Request, svc: ServicesDep, cluster: str | None = N
 async def login_form(request: Request, next: str | None = None) -> Response:
     prefix = _prefix(request)
     header, cookie = auth.bearer(request), request.cookies.get(auth.COOKIE)
-    if header or cookie or services(request).settings.insecure:
+    if header or cookie or services(request).settings.auth.insecure:
         try:
             await auth.principal_of(request, header or cookie)
             return RedirectResponse(auth.safe_next(next, prefix), status_code=303)
@@ -252,7 +252,7 @@ async def login(request: Request) -> Response:
         body = pages.login(Links(prefix), next_url=auth.safe_next(next_url, prefix), error=why.get(exc.status, exc.detail[0]["msg"]))
         return _page(request, "Sign in", body, status=exc.status, headers={k: v for k, v in (exc.headers or {}).items() if k == "Retry-After"})
     response = RedirectResponse(auth.safe_next(next_url, prefix), status_code=303)
-    if token and not services(request).settings.insecure:
+    if token and not services(request).settings.auth.insecure:
         auth.set_session(response, request, token, prefix)
     return response
 

@@ -105,7 +105,7 @@ def test_from_environment(monkeypatch, routes_file):
     monkeypatch.setenv("ONCALL_SECRET", "x")
     settings = Settings()
     assert "env-secret" not in repr(settings)
-    routing = routing_from_settings(settings)
+    routing = routing_from_settings(settings.alerts)
     assert routing.everywhere == ("webhook-1", "webhook-2")
     assert routing.receivers["webhook-2"].secret == "env-secret"
     assert set(routing.names()) == {"webhook-1", "webhook-2", "oncall", "net", "am"}

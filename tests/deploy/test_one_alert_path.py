@@ -119,7 +119,7 @@ def collector_routing(env: dict[str, str], monkeypatch):
         for key, value in env.items():
             m.setenv(key, value)
         settings = Settings()
-        return routing_from_settings(settings) if settings.alerts.enabled else None
+        return routing_from_settings(settings.alerts) if settings.alerts.enabled else None
 
 
 # --- Docker Compose ---------------------------------------------------------------------------

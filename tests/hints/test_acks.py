@@ -28,7 +28,7 @@ TAINT = {"key": "laggard.io/straggler", "value": "xid", "effect": "NoSchedule"}
 
 
 def secure(database_url: str) -> Settings:
-    return settings_for(database_url, cooldown_s=5.0).model_copy(update={"insecure": False, "token_cache_s": 0})
+    return settings_for(database_url, cooldown_s=5.0).with_changes({"auth": {"insecure": False, "token_cache_s": 0}})
 
 
 def token(engine, *scopes: str, name: str) -> str:

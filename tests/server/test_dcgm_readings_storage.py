@@ -25,9 +25,12 @@ NEW = {
 }
 
 
-def test_the_new_keys_are_the_last_protocol_keys_and_columns():
-    assert GPU_METRICS[-len(NEW):] == tuple(NEW)
-    assert [c.name for c in schema.GpuSample.__table__.columns][-len(NEW):] == list(NEW)
+def test_the_new_keys_follow_the_older_ones_in_order_as_columns_too():
+    # Readings are only ever appended (agent/fields.py): these after the first release's and
+    # tensor_active_pct, before any added later (the video clock, migration 0012).
+    at = GPU_METRICS.index(next(iter(NEW)))
+    assert GPU_METRICS[at:at + len(NEW)] == tuple(NEW) and GPU_METRICS.index("tensor_active_pct") < at
+    assert [c.name for c in schema.GpuSample.__table__.columns][2:] == list(GPU_METRICS)
 
 
 def test_round_trip_on_both_databases(live_server, db):

@@ -139,7 +139,7 @@ def test_gpu_moving_to_another_node_follows_it(api):
     _push(api, body)
     # Once its old node has stopped reporting it for gpu_move_after_s (sooner is a conflict,
     # tests/auth/test_gpu_identity.py).
-    moved = batch(node="new-home", gpus=1, ts=T0 + Settings().gpu_move_after_s + 10)
+    moved = batch(node="new-home", gpus=1, ts=T0 + Settings().ingest.gpu_move_after_s + 10)
     moved["samples"][0]["gpus"][0]["uuid"] = body["samples"][0]["gpus"][0]["uuid"]
     _push(api, moved)
     assert [g["uuid"] for g in api.get("/api/v1/nodes/new-home").json()["gpus"]] == [body["samples"][0]["gpus"][0]["uuid"]]

@@ -62,6 +62,6 @@ def test_episode_events_past_the_horizon_go_whether_or_not_alerts_took_them(migr
 
 
 def test_raw_samples_are_kept_48_hours_unless_the_old_single_horizon_is_set():
-    assert Settings().raw_retention_s == 48 * 3600
-    assert Settings(raw_retention_hours=6).raw_retention_s == 6 * 3600
-    assert Settings(retention_days=7).raw_retention_s == 7 * DAY  # LAGGARD_RETENTION_DAYS as before rollups
+    assert Settings().retention.raw_s == 48 * 3600
+    assert Settings(raw_retention_hours=6).retention.raw_s == 6 * 3600
+    assert Settings(retention_days=7).retention.raw_s == 7 * DAY  # LAGGARD_RETENTION_DAYS as before rollups
