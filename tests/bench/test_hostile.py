@@ -10,6 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Three 12 s phases, the warm-up and the idle tail of a real collector: a minute, most of it busy.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

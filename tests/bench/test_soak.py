@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# A 12 s soak of a real collector and fleet, with its start and stop: half a minute.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -195,6 +195,7 @@ def context(tmp_path_factory):
     return dest
 
 
+@pytest.mark.slow  # pip resolving the images' installs against the index: ~20 s of CPU, a minute on a busy machine
 @pytest.mark.parametrize("image", IMAGES)
 def test_image_install_resolves_from_its_build_context(image, context, tmp_path):
     """pip, in the directory the image builds in, resolves the Dockerfile's own target: the

@@ -33,6 +33,9 @@ from tests.hints.helpers import (
 )
 from tests.hints.slurm_cluster import SlurmCluster
 
+# A real Slurm (munged, slurmctld, six slurmd) per test, driven through its drains and weights: 40 s each.
+pytestmark = pytest.mark.slow
+
 NODES = [f"gpu-node-00{i}" for i in range(1, 7)]
 COOLDOWN_S = 10.0
 ADMIN_REASON = "admin: bad DIMM, ticket 4711"

@@ -5,6 +5,7 @@ that turns the DCGM series off, and `promtool check metrics` on the output."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import httpx
@@ -18,6 +19,7 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from server.store import schema
 from server.store.engine import make_engine
+from tests.conftest import new_database_url
 from tests.metrics.fleet import push, push_range
 from tests.metrics.tools import promtool_check_metrics, samples, values
 
@@ -45,8 +47,8 @@ def wait_metric(url: str, name: str, timeout: float = 10.0, **labels) -> str:
         time.sleep(0.1)
 
 
-@pytest.fixture
-def fleet_server(database_url):
+@contextlib.contextmanager
+def fed_collector(database_url: str):
     """A collector fed 12 instants of two 8-GPU nodes; n2's GPU 3 runs hot from instant 5, n1's
     GPU 2 reports XID 79 once."""
     t0 = float(int(time.time()) - 30)
@@ -60,8 +62,23 @@ def fleet_server(database_url):
         server.stop()
 
 
-def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
-    server, _, t0 = fleet_server
+@pytest.fixture
+def fleet_server(database_url):
+    """fed_collector for a test that changes what it holds (pushes more, deletes or updates rows)."""
+    with fed_collector(database_url) as fed:
+        yield fed
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def read_only_fleet_server(request, tmp_path_factory):
+    """fed_collector once per database for the tests that only read it (scrape it, start another
+    collector on its database that only serves), the same as each of them had its own."""
+    with new_database_url(request.param, tmp_path_factory.mktemp("fleet")) as url, fed_collector(url) as fed:
+        yield fed
+
+
+def test_dcgm_exporter_names_and_labels_from_the_latest_sample(read_only_fleet_server):
+    server, _, t0 = read_only_fleet_server
     body = scrape(server.url)
     gpu0 = {"gpu": "0", "UUID": "GPU-n1-0", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "n1",
             "cluster": "prod"}
@@ -97,11 +114,11 @@ def test_dcgm_exporter_names_and_labels_from_the_latest_sample(fleet_server):
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in body
 
 
-def test_dcgm_exporter_default_series_added_for_issue_16(fleet_server):
+def test_dcgm_exporter_default_series_added_for_issue_16(read_only_fleet_server):
     """Issue #16: the rest of dcgm-exporter's default set, in its units: the energy counter (mJ),
     encoder/decoder utilization (%), reserved framebuffer (MiB), row remap counts and failure, and
     the GPM ratios GR_ENGINE_ACTIVE and DRAM_ACTIVE (0..1, absent where the GPU sent null)."""
-    server, _, t0 = fleet_server
+    server, _, t0 = read_only_fleet_server
     body = scrape(server.url)
     gpu0 = {"Hostname": "n1", "gpu": "0"}
     expected = {
@@ -157,13 +174,13 @@ def body_of_an_old_agent(t0: float) -> dict:
     return payload
 
 
-def test_dcgm_series_carry_each_nodes_exporter_labels(fleet_server):
+def test_dcgm_series_carry_each_nodes_exporter_labels(read_only_fleet_server):
     """Issue #16: to a dashboard built for dcgm-exporter, each node's per-GPU series look as if that
     node's own exporter served them: `instance` is the node (kept by the scrape job's
     honor_labels), with `Hostname` and `hostname`, `pci_bus_id`, `device` and
     `DCGM_FI_DRIVER_VERSION` from what the node's agent reported. Laggard's own series carry no
     `instance`, so they keep the collector's."""
-    server, _, _ = fleet_server
+    server, _, _ = read_only_fleet_server
     body = scrape(server.url)
     parsed = samples(body)
     n1_gpu0 = {"instance": "n1", "Hostname": "n1", "hostname": "n1", "gpu": "0", "UUID": "GPU-n1-0", "pci_bus_id": "00000000:18:00.0",
@@ -280,8 +297,8 @@ def test_peer_deviation_compares_a_gpu_within_its_job_only(database_url):
         server.stop()
 
 
-def test_laggard_series(fleet_server):
-    server, url, t0 = fleet_server
+def test_laggard_series(read_only_fleet_server):
+    server, url, t0 = read_only_fleet_server
     body = wait_metric(server.url, "laggard_gpu_xid_errors_total")
     hot = {"cluster": "prod", "node": "n2", "gpu": "3"}
     assert values(body, "laggard_straggler_active", cause="thermal", **hot) == [1]
@@ -422,12 +439,12 @@ def test_metrics_can_be_turned_off(sqlite_url):
         server.stop()
 
 
-def test_promtool_check_metrics_passes(fleet_server):
+def test_promtool_check_metrics_passes(read_only_fleet_server):
     """Laggard's own series pass promtool's lint, and so does the whole output with the DCGM
     switch off. With it on, promtool reports two things that are dcgm-exporter's own naming (its
     output draws the same findings): the camelCase label `modelName`, and "COUNTER" inside the
     name DCGM_FI_DEV_PCIE_REPLAY_COUNTER. Nothing else."""
-    server, url, _ = fleet_server
+    server, url, _ = read_only_fleet_server
     wait_metric(server.url, "laggard_gpu_xid_errors_total")
     body = scrape(server.url)
     rc, problems = promtool_check_metrics(body)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from sqlalchemy import text
 
 from server.store.engine import make_engine
 from tests.reliability.collector import CollectorProcess, PatientFleet, join_checked
+
+# A collector process killed mid-ingest and restarted, three times over: half a minute to a minute each.
+pytestmark = pytest.mark.slow
 
 GPUS_PER_SAMPLE = 8
 

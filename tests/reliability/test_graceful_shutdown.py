@@ -19,6 +19,9 @@ from tests.reliability.collector import (
 )
 from tests.server.payloads import batch, encode
 
+# A collector process under eight clients' large batches, SIGTERMed mid-flight: 10-30 s each.
+pytestmark = pytest.mark.slow
+
 CLIENTS = 8
 ROUNDS = 12
 

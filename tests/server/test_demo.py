@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -24,6 +25,14 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
         [sys.executable, "-m", "server.cli", "demo", "--nodes", "4", "--gpus", "8", "--interval", "1", "--duration", "60", "--port", str(port)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
     )
+    lines: list[str] = []  # the output, as it comes
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 25
@@ -69,10 +78,16 @@ def test_demo_fleet_reports_through_the_collector(tmp_path):
         assert [(s["node"], s["gpu"], s["cause"]) for s in found] == [("gpu-node-002", 5, "thermal")]
         # Judged among its job's GPUs, and named by it.
         assert found[0]["summary"].startswith("Slurm job 4102 (llm-finetune): "), found[0]["summary"]
-        time.sleep(2.5)  # at least one progress line
+        # At least one progress line (every 2 s) since: it shows the straggler and every node reporting.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not ("straggler #1 gpu-node-002 GPU 5: thermal" in "".join(lines)
+                                                    and re.search(r"nodes reporting 4/4", "".join(lines))):
+            time.sleep(0.1)
     finally:
         proc.terminate()
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(60)
+    out = "".join(lines)
     assert "laggard demo" in out.lower() or "Laggard demo" in out
     assert re.search(r"nodes reporting 4/4", out), out[-2000:]
     assert "straggler #1 gpu-node-002 GPU 5: thermal" in out

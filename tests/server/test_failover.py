@@ -13,6 +13,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from sqlalchemy import create_engine, select, text
 
 from server.detect.leader import ADVISORY_KEY
@@ -21,6 +22,9 @@ from server.store import schema
 from tests.metrics.fleet import body
 from tests.metrics.tools import Receiver, free_port, wait_http
 from tests.server.payloads import encode
+
+# Two collector processes, a kill -9 and the hand-over: about 40 s.
+pytestmark = pytest.mark.slow
 
 NODES = ("n1", "n2", "n3")
 REPLICAS = ("replica-a", "replica-b")

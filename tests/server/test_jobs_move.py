@@ -42,6 +42,9 @@ from server.serve import start_in_thread
 from server.settings import Settings
 from tests.metrics.tools import stop_agents, values
 
+# Simulated fleets pushing at 1 s through scenarios that take their time (jobs side by side, a move, a fault): 20-25 s each.
+pytestmark = pytest.mark.slow
+
 CLUSTER = "sim"
 NODES = 6
 FAST = (4101, "llm-pretrain")

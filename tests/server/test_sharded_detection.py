@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from sqlalchemy import create_engine, text
 
 from server.settings import Settings
@@ -18,6 +19,9 @@ from tests.metrics.fleet import body
 from tests.metrics.tools import values, wait_http
 from tests.server.payloads import encode
 from tests.server.test_failover import start_replica, stop_replicas, wait_for
+
+# Three collector processes, a kill -9 and the hand-over of two clusters: about 35 s.
+pytestmark = pytest.mark.slow
 
 CLUSTERS = ("c0", "c1", "c2", "c3")
 NODES = ("n1", "n2", "n3")

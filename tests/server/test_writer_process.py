@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,18 +64,35 @@ class Collector:
         return self.proc.wait(60)
 
 
-@pytest.fixture
-def collector(sqlite_url, unused_port):
-    c = Collector(sqlite_url, unused_port)
-    c.wait_ready()
-    yield c
-    if c.proc.poll() is None:
-        c.stop()
-    print("".join(c.log))  # shown by pytest when the test failed
+@contextlib.contextmanager
+def running_collector(database_url: str):
+    c = Collector(database_url, _unused_port())
+    try:
+        c.wait_ready()
+        yield c
+    finally:
+        if c.proc.poll() is None:
+            c.stop()
+        print("".join(c.log))  # shown by pytest when the test failed
 
 
 @pytest.fixture
-def unused_port():
+def collector(sqlite_url):
+    """A collector of the test's own (one whose writer process it kills)."""
+    with running_collector(sqlite_url) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """(collector, its database URL) for the tests that only push to it: each counts the rows its
+    own pushes added."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('writer') / 'laggard.db'}"
+    with running_collector(url) as c:
+        yield c, url
+
+
+def _unused_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -82,38 +100,44 @@ def unused_port():
         return s.getsockname()[1]
 
 
+def _counts(database_url: str) -> tuple[int, int, int]:
+    """(GPU samples, nodes, GPUs) stored."""
+    engine = make_engine(database_url)
+    try:
+        return stored_gpu_samples(engine), count_rows(engine, schema.Node), count_rows(engine, schema.Gpu)
+    finally:
+        engine.dispose()
+
+
 def _post(client: httpx.Client, body: dict) -> httpx.Response:
     return client.post("/api/v1/samples", content=json.dumps(body), headers={"content-type": "application/json"})
 
 
-def test_batches_from_many_nodes_are_committed_by_the_writer_process(collector, sqlite_url):
+def test_batches_from_many_nodes_are_committed_by_the_writer_process(shared):
+    collector, url = shared
+    before = _counts(url)
     bodies = [batch(node=f"n{n:02d}", samples=3, gpus=4, ts=T0 + 10 * r) for n in range(8) for r in range(5)]
     with httpx.Client(base_url=collector.url, timeout=30) as client, ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda b: _post(client, b), bodies))
     assert [a.status_code for a in answers] == [200] * len(bodies)
     assert sum(a.json()["accepted"] for a in answers) == 3 * len(bodies)
-    engine = make_engine(sqlite_url)
-    try:
-        assert stored_gpu_samples(engine) == 8 * 5 * 3 * 4
-        assert count_rows(engine, schema.Node) == 8
-        assert count_rows(engine, schema.Gpu) == 8 * 4
-    finally:
-        engine.dispose()
+    samples, nodes, gpus = (after - was for after, was in zip(_counts(url), before, strict=True))
+    assert samples == 8 * 5 * 3 * 4
+    assert nodes == 8
+    assert gpus == 8 * 4
     assert len(collector.writer_pids) == 1 and collector.writer_pids[0] != collector.proc.pid
 
 
-def test_a_bad_batch_is_refused_by_the_worker_and_stores_nothing(collector, sqlite_url):
+def test_a_bad_batch_is_refused_by_the_worker_and_stores_nothing(shared):
+    collector, url = shared
+    before = _counts(url)
     bad = batch(node="bad")
     bad["samples"][0]["gpus"][0]["temp_c"] = "hot"
     with httpx.Client(base_url=collector.url, timeout=30) as client:
         answer = _post(client, bad)
     assert answer.status_code == 422
     assert answer.json()["detail"][0]["loc"] == ["body", "samples", 0, "gpus", 0, "temp_c"]
-    engine = make_engine(sqlite_url)
-    try:
-        assert stored_gpu_samples(engine) == 0
-    finally:
-        engine.dispose()
+    assert _counts(url) == before
 
 
 def test_a_killed_writer_process_means_503s_then_a_new_writer_and_no_acknowledged_sample_lost(collector, sqlite_url):
@@ -155,7 +179,9 @@ def test_a_killed_writer_process_means_503s_then_a_new_writer_and_no_acknowledge
     assert code == 0, "".join(collector.log)
 
 
-def test_a_uuid_claimed_by_a_second_live_node_is_a_conflict_through_the_writer_process(collector, sqlite_url):
+def test_a_uuid_claimed_by_a_second_live_node_is_a_conflict_through_the_writer_process(shared):
+    collector, url = shared
+    before = _counts(url)
     holder = batch(node="holder", samples=2, gpus=1, ts=T0)
     claimant = batch(node="claimant", samples=2, gpus=1, ts=T0)
     claimant["samples"] = [{**s, "gpus": [dict(s["gpus"][0], uuid=holder["samples"][0]["gpus"][0]["uuid"])]} for s in claimant["samples"]]
@@ -164,8 +190,4 @@ def test_a_uuid_claimed_by_a_second_live_node_is_a_conflict_through_the_writer_p
         answer = _post(client, claimant)
     assert answer.status_code == 409, answer.text
     assert "'holder'" in answer.json()["detail"][0]["msg"] and "'claimant'" in answer.json()["detail"][0]["msg"]
-    engine = make_engine(sqlite_url)
-    try:
-        assert stored_gpu_samples(engine) == 2
-    finally:
-        engine.dispose()
+    assert _counts(url)[0] - before[0] == 2
