@@ -2,7 +2,7 @@
 create_app(settings).
 
 Each component reads its own section, set through the environment as LAGGARD_<SECTION>__<NAME>
-(docs/operations.md#settings): `auth`, `ingest`, `ingest_limits`, `writer`, `retention`,
+(docs/configuration.md): `auth`, `ingest`, `ingest_limits`, `writer`, `retention`,
 `detector`, `detection`, `hints`, `metrics`, `alerts`; what the whole process shares (database,
 address, workers, TLS, the interpreter) stays at the top. The flat names of earlier versions
 (LAGGARD_INSECURE, LAGGARD_TOKEN_CACHE_S, LAGGARD_RAW_RETENTION_HOURS, ...; Settings(insecure=True))
@@ -61,7 +61,7 @@ class DetectorSettings(BaseModel):
 
 
 # The flat names of earlier versions (LAGGARD_<NAME> and Settings(<name>=...)) -> (section, name
-# there). Still accepted everywhere; docs/operations.md#settings lists them.
+# there). Still accepted everywhere; docs/configuration.md lists them.
 LEGACY_NAMES: dict[str, tuple[str, str]] = {
     "insecure": ("auth", "insecure"),
     "metrics_public": ("auth", "metrics_public"),
