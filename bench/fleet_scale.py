@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bodies import gpu_record, nic_record  # noqa: E402
-from bench.ingest import _cpu_seconds_of, _free_port, _fresh_pg, _wait_ready  # noqa: E402
+from bench.ingest import CAPACITY_NOT_ADMISSION, _cpu_seconds_of, _free_port, _fresh_pg, _wait_ready  # noqa: E402
 from bench.soak import _pct, _tree_rss_mb  # noqa: E402
 
 GPUS = PORTS = 8
@@ -109,13 +109,8 @@ class Fleet:
 class Replica:
     def __init__(self, url: str, name: str):
         self.port = _free_port()
-        # Capacity, not admission, is measured: the limits by work sized for the defaults' fleets
-        # (5,000 rows/s and 120 new nodes a minute per token, 10,000 rows/s per cluster) are lifted.
         env = os.environ | {"LAGGARD_DATABASE_URL": url, "LAGGARD_PORT": str(self.port), "LAGGARD_REPLICA": name,
-                            "LAGGARD_INSECURE": "false", "LAGGARD_RATE_LIMIT_PER_S": "1e9", "LAGGARD_RATE_LIMIT_BURST": "1e9",
-                            **{f"LAGGARD_INGEST_LIMITS__{limit}": "1e9" for limit in (
-                                "ROWS_PER_S_PER_TOKEN", "ROWS_BURST_PER_TOKEN", "ROWS_PER_S_PER_CLUSTER", "ROWS_BURST_PER_CLUSTER",
-                                "NODE_REGISTRATIONS_PER_MIN_PER_TOKEN")}}
+                            "LAGGARD_AUTH__INSECURE": "false", **CAPACITY_NOT_ADMISSION}
         self.process = subprocess.Popen([sys.executable, "-m", "server.cli", "--log-level", "warning", "server"], env=env)
 
     def wait_ready(self) -> None:
