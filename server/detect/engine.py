@@ -117,6 +117,11 @@ class Detector:
         self.screen = screen and gpu_rules is None and nic_rules is None
         self.gpu_rules = rules.GPU_RULES if gpu_rules is None else gpu_rules
         self.nic_rules = rules.NIC_RULES if nic_rules is None else nic_rules
+        # How much sample time a window keeps: what a rule looks back over (rate_window_s), or what
+        # an aligned window between nodes may still need (it ends up to stale_after_s plus one
+        # window behind a node's newest sample, and starts one window earlier), whichever is
+        # longer, plus one window to spare. At 5 s sampling 42 observations instead of 120.
+        self.keep_s = max(cfg.rate_window_s, cfg.stale_after_s + 2 * cfg.across_window_s) + cfg.across_window_s
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
@@ -284,7 +289,7 @@ class Detector:
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
         groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
-        out = []
+        out, keep_s = [], self.keep_s
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
             group = groups.get((model, workload))
@@ -300,7 +305,10 @@ class Detector:
             state.prev_row = row
             state.node = (item.cluster, item.node)
             state.absent = 0
-            state.window.items.append(obs)
+            items = state.window.items  # newest last; older than keep_s let go (inline: every GPU, every instant)
+            items.append(obs)
+            while items[0].ts < obs.ts - keep_s:
+                items.popleft()
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
             out.append(obs)
@@ -309,7 +317,7 @@ class Detector:
     def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> list[NicObs]:
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
-        out = []
+        out, keep_s = [], self.keep_s
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
             key = nic_entity(item.cluster, item.node, device, port)
@@ -323,7 +331,10 @@ class Detector:
             obs = nic_obs(row, state.prev_row, group=group if role is None else f"{group}|{role:g}", node_busy=node_busy)
             obs.expected_rate_gbps = expected
             state.prev_row = row
-            state.window.items.append(obs)
+            items = state.window.items  # as in _observe_gpus
+            items.append(obs)
+            while items[0].ts < obs.ts - keep_s:
+                items.popleft()
             state.recent.note_nic(obs, self.cfg)
             out.append(obs)
         return out

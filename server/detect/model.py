@@ -147,7 +147,8 @@ class NicPeerStats:
 
 @dataclass
 class Window:
-    """The last observations of one GPU or NIC, oldest first; `latest` is the one judged."""
+    """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
+    detector keeps those within its keep_s of sample time of the newest, 120 at most."""
 
     items: deque = field(default_factory=lambda: deque(maxlen=120))
 

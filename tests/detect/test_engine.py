@@ -288,3 +288,23 @@ def test_a_node_silent_beyond_the_lateness_allowance_is_forgotten_and_starts_afr
     # Back at 900: judged as a newcomer, nothing counted late.
     assert det.late_samples == 0
     assert det.drain_judged()[("c", "n2")] == 990.0
+
+
+@pytest.mark.parametrize("interval, expected", [
+    (5.0, 43),  # 210 s of sample time (rate window, or stale_after_s + two aligned windows, + one): 42 intervals
+    (1.0, 120),  # 210 s would be 211 observations: the 120 cap holds
+    (30.0, 8),
+])
+def test_windows_keep_what_the_rules_and_aligned_windows_look_back_over(interval, expected):
+    """Issue #13 item 6 (memory): a window holds its last keep_s of sample time, not always 120
+    observations (10 minutes of 5 s samples held ~870 B per GPU and port each: ~12 GB at 100,000
+    GPUs). Equal verdicts are checked by the arrival-order and screen tests on fleets of every cause."""
+    cfg = DetectionSettings(open_after_s=0, clear_after_s=0)
+    det = Detector(cfg, gpu_rules=[slow_clock], nic_rules=[])
+    assert det.keep_s == max(cfg.rate_window_s, cfg.stale_after_s + 2 * cfg.across_window_s) + cfg.across_window_s == 210
+    for item in fleet([1000 + k * interval for k in range(200)], nodes=1, gpus=1):
+        det.add(item)
+        det.advance()
+    items = det.gpus["GPU-n0-0"].window.items
+    assert len(items) == expected
+    assert items[-1].ts - items[0].ts <= det.keep_s
