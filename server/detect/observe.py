@@ -41,7 +41,7 @@ class Recipe:
         lines.append(f"    return ({''.join(e + ', ' for e in (*rate_exprs, *delta_exprs))})")
         self.source = "\n".join(lines)
         namespace: dict[str, Any] = {}
-        exec(compile(self.source, f"<observe recipe: {', '.join(d) or 'no counters'}>", "exec"), namespace)  # noqa: S102
+        exec(compile(self.source, f"<observe recipe: {', '.join(d) or 'no counters'}>", "exec"), namespace)
         self.copy, self.derive = namespace["copy"], namespace["derive"]
         # What a reader of stored samples must fetch for these observations.
         self.columns = tuple(dict.fromkeys((*(r.name for r in copied), *(r.name for r in counters))))
