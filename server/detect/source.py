@@ -19,6 +19,7 @@ from server.detect.observe import GPU_READINGS
 from server.peer_groups import workload_job, workload_key, workload_label
 from server.protocol import NIC_METRICS
 from server.store import schema
+from server.store.driver_rows import select_rows
 
 LogT = schema.IngestLog.__table__
 GpuT, GpuSampleT = schema.Gpu.__table__, schema.GpuSample.__table__
@@ -127,7 +128,8 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
 
     workloads = _workloads(conn, ids, lo, hi)
     gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_READINGS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
-    for row in conn.execute(
+    # The driver's own tuples: building SQLAlchemy rows cost about as much as the queries.
+    for row in select_rows(conn,
         select(*gpu_cols).join(GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi))
         .where(GpuT.c.node_id.in_(ids))
     ):
@@ -137,7 +139,7 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
             _attach_workload(values, workloads.get(values["uuid"]))
             item.gpu_rows.append(values)
     nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
-    for row in conn.execute(
+    for row in select_rows(conn,
         select(*nic_cols).join(NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi))
         .where(NicT.c.node_id.in_(ids))
     ):

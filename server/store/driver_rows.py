@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.sql import Select
 
 
 def driver_rows(conn: Connection, sql: str, params: Any) -> list[tuple]:
@@ -16,3 +17,14 @@ def driver_rows(conn: Connection, sql: str, params: Any) -> list[tuple]:
         return cursor.fetchall()
     finally:
         cursor.close()
+
+
+def select_rows(conn: Connection, stmt: Select) -> list[tuple]:
+    """driver_rows() of a SQLAlchemy select, compiled for the connection's dialect (expanding IN
+    lists into plain parameters). No result processing: values as the driver gives them (SQLite's
+    booleans as 0/1)."""
+    compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.params
+    if compiled.positional:
+        params = tuple(params[name] for name in compiled.positiontup)
+    return driver_rows(conn, str(compiled), params)
