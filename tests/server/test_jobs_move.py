@@ -235,10 +235,11 @@ def test_two_jobs_sharing_nodes_are_judged_apart(tmp_path):
     assert episode["evidence"]["job"] == "llm-finetune"
     # Its peers: llm-finetune's 4 GPUs of its node, itself included; none of llm-pretrain's.
     assert episode["evidence"]["peers"]["count"] == len(HALVES[SLOW]), episode["evidence"]["peers"]
-    # /metrics groups the same way: each job's GPUs against their own median (0 by construction,
-    # the 12 GPUs of a job being its whole group), not one of both halves.
+    # /metrics groups the same way: each job's GPUs against their own median (about 0, the 12 GPUs
+    # of a job being its whole group; clocks move in 15 MHz steps, so a median of 11 deviations can
+    # land one step off: it failed once at 0.005), not one of both halves (+0.166 when it was).
     for job, gpus in HALVES.items():
         deviations = [values(metrics, "laggard_gpu_peer_deviation_ratio", node=node_name(i), gpu=str(gpu), job_name=job[1])
                       for i in range(SHARED_NODES) for gpu in gpus if (i, gpu) != SHARED_FAULT]
         assert all(len(d) == 1 for d in deviations), deviations
-        assert abs(statistics.median(d[0] for d in deviations)) < 0.005, (job, deviations)
+        assert abs(statistics.median(d[0] for d in deviations)) < 0.03, (job, deviations)
