@@ -47,7 +47,8 @@ JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown", "
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
 NEVER = float("-inf")
-SWEEP_EVERY_S = 60.0  # sample time between two sweeps of a cluster for silent nodes
+SWEEP_EVERY_S = 60.0
+ROLE_GROUPS_KEPT = 4096  # sample time between two sweeps of a cluster for silent nodes
 
 
 @dataclass
@@ -99,6 +100,8 @@ class _Node:
     pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     nics: set[str] = field(default_factory=set)
+    # (device, port) → (its NIC group, its entity, its namesake name)
+    ports: dict[tuple[str, int], tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +130,7 @@ class Detector:
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
         self.conditions: dict[str, dict[str, Condition]] = defaultdict(dict)  # entity → cause → condition
         self.namesakes = NamesakeRates()  # link rate of each port name in each group, per node
+        self._role_groups: dict[tuple[str, float], str] = {}  # (NIC group, link rate) → the ports' peer group
         self.late_samples = 0
         # Since the last drain_late(): (cluster, node) -> (samples, most seconds behind)
         self._late: dict[tuple[str, str], tuple[int, float]] = {}
@@ -317,25 +321,34 @@ class Detector:
     def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> list[NicObs]:
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
-        out, keep_s = [], self.keep_s
+        out, keep_s, ports, roles, cfg = [], self.keep_s, node.ports, self._role_groups, self.cfg
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
-            key = nic_entity(item.cluster, item.node, device, port)
-            node.nics.add(key)
+            known = ports.get((device, port))  # its names, made once (every port, every instant)
+            if known is None or known[0] != group:
+                key = nic_entity(item.cluster, item.node, device, port)
+                node.nics.add(key)
+                known = ports[(device, port)] = (group, key, f"{group}|{device}|{port}")
+            _, key, namesake = known
             state = self.nics[key]
-            expected = self.namesakes.observe(f"{group}|{device}|{port}", where, rate)
+            expected = self.namesakes.observe(namesake, where, rate)
             # A port's peers inside its node are the ports of the same role: the same link rate as
             # their namesakes on the other nodes (a 200 Gb/s storage NIC is no peer of the 400 Gb/s
             # compute rails, while a rail that trained down to 200 still is).
             role = expected if expected is not None else rate
-            obs = nic_obs(row, state.prev_row, group=group if role is None else f"{group}|{role:g}", node_busy=node_busy)
+            role_group = group if role is None else roles.get((group, role))
+            if role_group is None:
+                if len(roles) >= ROLE_GROUPS_KEPT:  # groups come and go with jobs
+                    roles.clear()
+                role_group = roles[(group, role)] = f"{group}|{role:g}"
+            obs = nic_obs(row, state.prev_row, group=role_group, node_busy=node_busy)
             obs.expected_rate_gbps = expected
             state.prev_row = row
             items = state.window.items  # as in _observe_gpus
             items.append(obs)
             while items[0].ts < obs.ts - keep_s:
                 items.popleft()
-            state.recent.note_nic(obs, self.cfg)
+            state.recent.note_nic(obs, cfg)
             out.append(obs)
         return out
 

@@ -108,18 +108,59 @@ NicObs = _observation(
 )
 
 
-@dataclass(slots=True)
 class Robust:
-    """Median and MAD of one metric across a peer group at one instant."""
+    """Median and MAD of one metric across a peer group at one instant. Given the values
+    (`Robust.of`), each is worked out when first asked: every node instant gets the statistics
+    of every metric, and most are never read (no rule looks further at a GPU the screen lets go)."""
 
-    median: float
-    mad: float
-    n: int
+    __slots__ = ("_values", "_median", "_mad", "n")
+
+    def __init__(self, median: float, mad: float, n: int):
+        self._values: list | None = None
+        self._median, self._mad, self.n = median, mad, n
+
+    @classmethod
+    def of(cls, values: list) -> Robust | None:
+        """Of these values (not None; taken over, and sorted in place), None if there are none."""
+        if not values:
+            return None
+        self = cls.__new__(cls)
+        self._values, self._median, self._mad, self.n = values, None, None, len(values)
+        return self
+
+    @property
+    def median(self) -> float:
+        if self._median is None:
+            self._values.sort()
+            self._median = _median_of_sorted(self._values)
+        return self._median
+
+    @property
+    def mad(self) -> float:
+        if self._mad is None:
+            m = self.median
+            self._mad = _median_of_sorted(sorted([abs(v - m) for v in self._values]))
+        return self._mad
 
     def z(self, value: float, floor: float) -> float:
         """Robust z-score; `floor` keeps a too-tight group (MAD ≈ 0) from making noise huge."""
         scale = max(1.4826 * self.mad, floor)
         return (value - self.median) / scale
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Robust):
+            return NotImplemented
+        return (self.median, self.mad, self.n) == (other.median, other.mad, other.n)
+
+    def __repr__(self) -> str:
+        return f"Robust(median={self.median!r}, mad={self.mad!r}, n={self.n!r})"
+
+
+def _median_of_sorted(ordered: list) -> float:
+    """statistics.median's arithmetic (so the same floats) without its call overhead."""
+    n = len(ordered)
+    i = n // 2
+    return ordered[i] if n % 2 else (ordered[i - 1] + ordered[i]) / 2
 
 
 @dataclass(slots=True)

@@ -9,28 +9,29 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+_UNKNOWN = object()
+
 
 class NamesakeRates:
     def __init__(self) -> None:
         self._rate_of: dict[str, dict[str, float]] = defaultdict(dict)  # port name → node → rate
         self._counts: dict[str, Counter] = defaultdict(Counter)  # port name → rate → nodes
-        # port name → the rate left out → the median: asked for every port at every instant,
-        # while the rates of a name change only when a link retrains.
-        self._medians: dict[str, dict[float | None, float]] = defaultdict(dict)
+        # port name → the rate left out → the median (None: no other node): asked for every port
+        # at every instant, while the rates of a name change only when a link retrains.
+        self._medians: dict[str, dict[float | None, float | None]] = defaultdict(dict)
 
     def observe(self, name: str, node: str, rate: float | None) -> float | None:
         """Record `node`'s rate for port `name`; the median of the other nodes' (None: none)."""
-        if rate is not None:
-            self._set(name, node, rate)
         own = self._rate_of[name].get(node)
-        counts = self._counts[name]
-        others = sum(counts.values()) - (own is not None)
-        if others <= 0:
-            return None
+        if rate is not None and rate != own:
+            self._set(name, node, rate)
+            own = rate
         medians = self._medians[name]
-        median = medians.get(own)
-        if median is None:
-            median = medians[own] = _median(counts, others, own)
+        median = medians.get(own, _UNKNOWN)
+        if median is _UNKNOWN:
+            counts = self._counts[name]
+            others = sum(counts.values()) - (own is not None)
+            median = medians[own] = _median(counts, others, own) if others > 0 else None
         return median
 
     def forget(self, node: str) -> None:

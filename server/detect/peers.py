@@ -1,22 +1,15 @@
-"""Robust statistics of a peer group at one instant: median and MAD over its busy members."""
+"""Robust statistics of a peer group at one instant: median and MAD over its busy members
+(each worked out when first read: model.Robust)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from statistics import median
+from collections.abc import Sequence
 
 from server.detect.model import GpuObs, NicObs, NicPeerStats, PeerStats, Robust
 
 
-def robust(values: Sequence[float]) -> Robust | None:
-    if not values:
-        return None
-    m = median(values)
-    return Robust(median=m, mad=median([abs(v - m) for v in values]), n=len(values))
-
-
-def _collect(items: Iterable, get: Callable) -> list[float]:
-    return [v for v in map(get, items) if v is not None]
+def _present(values) -> list:
+    return [v for v in values if v is not None]
 
 
 def gpu_peer_stats(group: str, members: Sequence[GpuObs], *, min_peers: int) -> PeerStats | None:
@@ -26,12 +19,12 @@ def gpu_peer_stats(group: str, members: Sequence[GpuObs], *, min_peers: int) -> 
     return PeerStats(
         group=group,
         size=len(busy),
-        sm_clock_ratio=robust(_collect(busy, lambda o: o.sm_clock_ratio)),
-        sm_clock_max_mhz=robust(_collect(busy, lambda o: o.sm_clock_max_mhz)),
-        temp_c=robust(_collect(busy, lambda o: o.temp_c)),
-        power_w=robust(_collect(busy, lambda o: o.power_w)),
-        power_limit_w=robust(_collect(busy, lambda o: o.power_limit_w)),
-        nvlink_bps=robust(_collect(busy, lambda o: o.nvlink_bps)),
+        sm_clock_ratio=Robust.of(_present([o.sm_clock_ratio for o in busy])),
+        sm_clock_max_mhz=Robust.of(_present([o.sm_clock_max_mhz for o in busy])),
+        temp_c=Robust.of(_present([o.temp_c for o in busy])),
+        power_w=Robust.of(_present([o.power_w for o in busy])),
+        power_limit_w=Robust.of(_present([o.power_limit_w for o in busy])),
+        nvlink_bps=Robust.of(_present([o.nvlink_bps for o in busy])),
     )
 
 
@@ -43,7 +36,7 @@ def nic_peer_stats(group: str, members: Sequence[NicObs], *, min_peers: int) -> 
     return NicPeerStats(
         group=group,
         size=len(busy),
-        rate_gbps=robust(_collect(busy, lambda o: o.rate_gbps)),
-        bps=robust(_collect(busy, lambda o: o.bps)),
-        xmit_wait_per_s=robust(_collect(busy, lambda o: o.xmit_wait_per_s)),
+        rate_gbps=Robust.of(_present([o.rate_gbps for o in busy])),
+        bps=Robust.of(_present([o.bps for o in busy])),
+        xmit_wait_per_s=Robust.of(_present([o.xmit_wait_per_s for o in busy])),
     )

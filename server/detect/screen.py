@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.detect.model import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuObs, NicObs, NicPeerStats, PeerStats
-from server.detect.rules._common import throughput_vs_peers
-from server.detect.rules._perf import triage
 from server.detect.rules.network import ACTIVE_STATES, RATE_TOLERANCE
 from server.detect.settings import DetectionSettings
 
 NEVER = float("-inf")
+# The screen's thresholds are the rules' loosened by a hair: the same arithmetic, but a value a
+# rule would flag must never be let through by a rounding difference.
+_LOOSE = 1e-9
 _HARDWARE_BITS = HW_THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL
 
 
@@ -49,24 +50,42 @@ class Recent:
 def gpu_may_find(obs: GpuObs, peers: PeerStats | None, recent: Recent, cfg: DetectionSettings) -> bool:
     if obs.lost or obs.xids or obs.ecc_uncorrected_new or obs.remapped_rows_pending:
         return True  # lost, xid, ecc
-    if (obs.clocks_event_reasons or 0) & _HARDWARE_BITS or triage(obs, peers, cfg) is not None:
-        return True  # thermal, power, hw_slowdown, clock
+    if (obs.clocks_event_reasons or 0) & _HARDWARE_BITS:
+        return True  # thermal, power, hw_slowdown by their bits (_perf.triage 1-4)
     up, total = obs.nvlink_links_up, obs.nvlink_links_total
     if up is not None and total is not None and 0 <= up < total:
         return True
     if recent.errors > obs.ts - cfg.rate_window_s:
         return True  # nvlink errors, pcie replays: an increase needs a positive rate inside the window
-    if obs.busy and peers is not None:
-        bw = throughput_vs_peers(obs.nvlink_bps, peers.nvlink_bps, min_median=cfg.nvlink_min_bps, drop=cfg.nvlink_bw_drop, cfg=cfg)
-        if bw is not None and bw.low:
+    busy = obs.busy
+    if busy and peers is not None and _below_peers(obs, peers, cfg):
+        return True
+    return _pcie_off(obs, busy)
+
+
+def _below_peers(obs: GpuObs, peers: PeerStats, cfg: DetectionSettings) -> bool:
+    """The peer comparisons of _perf.triage (5-8) and the nvlink rule, by their deviation alone
+    (each rule also asks a z-score of it): power limit, SM clock or NVLink throughput below the
+    peers'. Written out, not through the rules' helpers: this runs for every busy GPU at every
+    instant, and the objects those build cost more than the rest of the screen."""
+    limit = peers.power_limit_w
+    if obs.power_limit_w is not None and limit is not None and limit.median > 0:
+        if obs.power_limit_w / limit.median - 1.0 <= _LOOSE - cfg.power_limit_drop:
             return True
-    return _pcie_off(obs)
+    ratio = peers.sm_clock_ratio
+    if ratio is not None and obs.sm_clock_mhz is not None and ratio.median > 0:
+        peer_max = peers.sm_clock_max_mhz.median if peers.sm_clock_max_mhz is not None else obs.sm_clock_max_mhz
+        if peer_max and (obs.sm_clock_mhz / peer_max) / ratio.median - 1.0 <= _LOOSE - cfg.clock_drop:
+            return True
+    bw, stats = obs.nvlink_bps, peers.nvlink_bps
+    return bw is not None and stats is not None and stats.median >= cfg.nvlink_min_bps and \
+        bw / stats.median - 1.0 <= _LOOSE - cfg.nvlink_bw_drop
 
 
-def _pcie_off(obs: GpuObs) -> bool:
+def _pcie_off(obs: GpuObs, busy: bool) -> bool:
     if obs.pcie_width is not None and obs.pcie_width_max is not None and obs.pcie_width < obs.pcie_width_max:
         return True
-    return obs.busy and obs.pcie_gen is not None and obs.pcie_gen_max is not None and obs.pcie_gen < obs.pcie_gen_max
+    return busy and obs.pcie_gen is not None and obs.pcie_gen_max is not None and obs.pcie_gen < obs.pcie_gen_max
 
 
 def nic_may_find(obs: NicObs, peers: NicPeerStats | None, recent: Recent, cfg: DetectionSettings) -> bool:
@@ -82,8 +101,7 @@ def nic_may_find(obs: NicObs, peers: NicPeerStats | None, recent: Recent, cfg: D
     # those at or after it, and only counts above ib_wait_factor × ib_wait_floor_per_s.
     if recent.errors > start or recent.flaps > start or recent.wait >= start:
         return True
-    if peers is not None and obs.node_busy:
-        bw = throughput_vs_peers(obs.bps, peers.bps, min_median=cfg.ib_min_bps, drop=cfg.ib_bw_drop, cfg=cfg)
-        if bw is not None and bw.low:
-            return True
-    return False
+    # Throughput below the peers' (the network rule's test by its deviation alone, as above).
+    stats = peers.bps if peers is not None and obs.node_busy else None
+    return obs.bps is not None and stats is not None and stats.median >= cfg.ib_min_bps and \
+        obs.bps / stats.median - 1.0 <= _LOOSE - cfg.ib_bw_drop
