@@ -305,7 +305,7 @@ class Detector:
             if item.xids:
                 since = prev["ts"] if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
                 xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
-            obs = gpu_obs(row, prev, group=group, xids=xids)
+            obs = gpu_obs(row, prev, cluster=item.cluster, node=item.node, group=group, xids=xids)
             state.prev_row = row
             state.node = (item.cluster, item.node)
             state.absent = 0
@@ -341,7 +341,7 @@ class Detector:
                 if len(roles) >= ROLE_GROUPS_KEPT:  # groups come and go with jobs
                     roles.clear()
                 role_group = roles[(group, role)] = f"{group}|{role:g}"
-            obs = nic_obs(row, state.prev_row, group=role_group, node_busy=node_busy)
+            obs = nic_obs(row, state.prev_row, cluster=item.cluster, node=item.node, group=role_group, node_busy=node_busy)
             obs.expected_rate_gbps = expected
             state.prev_row = row
             items = state.window.items  # as in _observe_gpus

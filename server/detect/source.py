@@ -117,35 +117,34 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
     by_key: dict[tuple[int, float], NodeInstant] = {}
 
     def instant(node_id: int, ts: float) -> NodeInstant | None:
-        item = by_key.get((node_id, ts))
-        if item is None:
-            first, last = ranges[node_id]
-            if not first <= ts <= last:
-                return None  # inside the chunk's range, outside this node's
-            node = nodes[node_id]
-            item = by_key[(node_id, ts)] = NodeInstant(node.cluster, node.name, dict(node.labels or {}), ts, [], [])
+        first, last = ranges[node_id]
+        if not first <= ts <= last:
+            return None  # inside the chunk's range, outside this node's
+        node = nodes[node_id]
+        item = by_key[(node_id, ts)] = NodeInstant(node.cluster, node.name, dict(node.labels or {}), ts, [], [])
         return item
 
     workloads = _workloads(conn, ids, lo, hi)
     gpu_cols = [GpuSampleT.c.ts, *(GpuSampleT.c[m] for m in GPU_READINGS), GpuT.c.uuid, GpuT.c.index, GpuT.c.model, GpuT.c.node_id]
-    # The driver's own tuples: building SQLAlchemy rows cost about as much as the queries.
-    for row in select_rows(conn,
-        select(*gpu_cols).join(GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi))
-        .where(GpuT.c.node_id.in_(ids))
-    ):
-        item = instant(row[-1], row[0])
+    # The driver's own tuples, made into the engine's rows in one C call each (dict(zip)): this
+    # runs for every GPU and port of every instant, and building SQLAlchemy rows, or a row a
+    # field at a time, cost about as much as the queries.
+    gpu_rows = select_rows(conn, select(*gpu_cols).join(
+        GpuSampleT, and_(GpuSampleT.c.gpu_id == GpuT.c.id, GpuSampleT.c.ts >= lo, GpuSampleT.c.ts <= hi)).where(GpuT.c.node_id.in_(ids)))
+    for row in gpu_rows:
+        item = by_key.get((row[-1], row[0])) or instant(row[-1], row[0])
         if item is not None:
-            values = dict(zip(_GPU_KEYS, row), cluster=item.cluster, node=item.node)
-            _attach_workload(values, workloads.get(values["uuid"]))
+            values = dict(zip(_GPU_KEYS, row))
+            if workloads:
+                _attach_workload(values, workloads.get(values["uuid"]))
             item.gpu_rows.append(values)
     nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
-    for row in select_rows(conn,
-        select(*nic_cols).join(NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi))
-        .where(NicT.c.node_id.in_(ids))
-    ):
-        item = instant(row[-1], row[0])
+    nic_rows = select_rows(conn, select(*nic_cols).join(
+        NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi)).where(NicT.c.node_id.in_(ids)))
+    for row in nic_rows:
+        item = by_key.get((row[-1], row[0])) or instant(row[-1], row[0])
         if item is not None:
-            item.nic_rows.append(dict(zip(_NIC_KEYS, row), cluster=item.cluster, node=item.node))
+            item.nic_rows.append(dict(zip(_NIC_KEYS, row)))
     # An XID is stamped when it happened, up to one sampling interval before the sample that
     # carried it; the detector attaches each to the first sample of its GPU at or after it.
     xids: dict[int, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
