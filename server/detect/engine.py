@@ -84,6 +84,7 @@ class _Gpu:
     absent: int = 0  # consecutive samples of its node that it was missing from
     absent_since: float | None = None
     recent: Recent = field(default_factory=Recent)
+    entity: str | None = None  # gpu_entity(uuid), made once
 
 
 @dataclass
@@ -293,7 +294,8 @@ class Detector:
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
         groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
-        out, keep_s = [], self.keep_s
+        out, keep_s, cluster, node_name = [], self.keep_s, item.cluster, item.node
+        where = (cluster, node_name)
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
             group = groups.get((model, workload))
@@ -305,9 +307,9 @@ class Detector:
             if item.xids:
                 since = prev["ts"] if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
                 xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
-            obs = gpu_obs(row, prev, cluster=item.cluster, node=item.node, group=group, xids=xids)
+            obs = gpu_obs(row, prev, cluster, node_name, group, xids)
             state.prev_row = row
-            state.node = (item.cluster, item.node)
+            state.node = where
             state.absent = 0
             items = state.window.items  # newest last; older than keep_s let go (inline: every GPU, every instant)
             items.append(obs)
@@ -341,7 +343,7 @@ class Detector:
                 if len(roles) >= ROLE_GROUPS_KEPT:  # groups come and go with jobs
                     roles.clear()
                 role_group = roles[(group, role)] = f"{group}|{role:g}"
-            obs = nic_obs(row, state.prev_row, cluster=item.cluster, node=item.node, group=role_group, node_busy=node_busy)
+            obs = nic_obs(row, state.prev_row, item.cluster, item.node, role_group, node_busy)
             obs.expected_rate_gbps = expected
             state.prev_row = row
             items = state.window.items  # as in _observe_gpus
@@ -357,7 +359,8 @@ class Detector:
         changes = []
         for obs in fresh:
             state = self.gpus[obs.uuid]
-            window, peers, entity = state.window, stats[obs.group], gpu_entity(obs.uuid)
+            window, peers, entity = state.window, stats[obs.group], state.entity or gpu_entity(obs.uuid)
+            state.entity = entity
             if self.screen and entity not in self.conditions and not gpu_may_find(obs, peers, state.recent, self.cfg):
                 continue  # no rule could find anything, and nothing is tracked to advance
             findings = {cause: explain(f, window, peers) for cause, f in _run(self.gpu_rules, window, peers, self.cfg).items()}
