@@ -35,7 +35,7 @@ from server.detect.namesakes import NamesakeRates
 from server.detect.observe import gpu_obs, nic_obs
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
-from server.detect.screen import Recent, gpu_may_find, nic_may_find
+from server.detect.screen import Recent, gpu_bounds, gpu_may_find, nic_bounds, nic_may_find
 from server.detect.settings import DetectionSettings
 from server.peer_groups import nic_group, peer_group
 
@@ -286,10 +286,10 @@ class Detector:
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
         gpus = self._observe_gpus(item, node)
         node_busy = any(o.busy for o in gpus)
-        nics = self._observe_nics(item, node_busy, node)
+        nics, keys = self._observe_nics(item, node_busy, node)
         changes = self._judge_gpus(item.ts, gpus)
         changes += self._judge_missing(node, item)
-        changes += self._judge_nics(item.ts, nics)
+        changes += self._judge_nics(item.ts, nics, keys)
         return changes
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
@@ -320,10 +320,11 @@ class Detector:
             out.append(obs)
         return out
 
-    def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> list[NicObs]:
+    def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> tuple[list[NicObs], list[str]]:
+        """The ports' observations, and their entities in the same order."""
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
-        out, keep_s, ports, roles, cfg = [], self.keep_s, node.ports, self._role_groups, self.cfg
+        out, keys, keep_s, ports, roles, cfg = [], [], self.keep_s, node.ports, self._role_groups, self.cfg
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
             known = ports.get((device, port))  # its names, made once (every port, every instant)
@@ -352,16 +353,18 @@ class Detector:
                 items.popleft()
             state.recent.note_nic(obs, cfg)
             out.append(obs)
-        return out
+            keys.append(key)
+        return out, keys
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}
+        bounds = {group: gpu_bounds(peers, self.cfg) for group, peers in stats.items()} if self.screen else {}
         changes = []
         for obs in fresh:
             state = self.gpus[obs.uuid]
             window, peers, entity = state.window, stats[obs.group], state.entity or gpu_entity(obs.uuid)
             state.entity = entity
-            if self.screen and entity not in self.conditions and not gpu_may_find(obs, peers, state.recent, self.cfg):
+            if self.screen and entity not in self.conditions and not gpu_may_find(obs, bounds[obs.group], state.recent, self.cfg):
                 continue  # no rule could find anything, and nothing is tracked to advance
             findings = {cause: explain(f, window, peers) for cause, f in _run(self.gpu_rules, window, peers, self.cfg).items()}
             neutral = JUDGED_ONLY_WHEN_BUSY if not obs.busy else frozenset()
@@ -393,13 +396,13 @@ class Detector:
                                   cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
         return changes
 
-    def _judge_nics(self, ts: float, fresh: list[NicObs]) -> list[EpisodeChange]:
+    def _judge_nics(self, ts: float, fresh: list[NicObs], keys: list[str]) -> list[EpisodeChange]:
         stats = {group: nic_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}
+        bounds = {group: nic_bounds(peers, self.cfg) for group, peers in stats.items()} if self.screen else {}
         changes = []
-        for obs in fresh:
-            key = nic_entity(obs.cluster, obs.node, obs.device, obs.port)
+        for obs, key in zip(fresh, keys):
             state, peers = self.nics[key], stats[obs.group]
-            if self.screen and key not in self.conditions and not nic_may_find(obs, peers, state.recent, self.cfg):
+            if self.screen and key not in self.conditions and not nic_may_find(obs, peers, bounds[obs.group], state.recent, self.cfg):
                 continue
             window = state.window
             findings = {cause: explain(f, window, peers) for cause, f in _run(self.nic_rules, window, peers, self.cfg).items()}

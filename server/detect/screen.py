@@ -20,8 +20,8 @@ from server.detect.rules.network import ACTIVE_STATES, RATE_TOLERANCE
 from server.detect.settings import DetectionSettings
 
 NEVER = float("-inf")
-# The screen's thresholds are the rules' loosened by a hair: the same arithmetic, but a value a
-# rule would flag must never be let through by a rounding difference.
+# The screen's bounds are the rules' thresholds loosened by a hair: a value a rule would flag
+# must never be let through by a rounding difference.
 _LOOSE = 1e-9
 _HARDWARE_BITS = HW_THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL
 
@@ -47,7 +47,45 @@ class Recent:
             self.wait = obs.ts
 
 
-def gpu_may_find(obs: GpuObs, peers: PeerStats | None, recent: Recent, cfg: DetectionSettings) -> bool:
+@dataclass(slots=True)
+class Bounds:
+    """Per peer group at one instant, the readings at or below which a busy member's peer
+    comparisons could flag it: the rules' tests by their deviation alone (each rule also asks
+    a z-score), turned around into a bound once per group so that each member costs a few
+    comparisons (the screen runs for every GPU and port at every instant). -inf: no test."""
+
+    power_limit_w: float = NEVER  # _perf.triage 5: enforced power limit below the peers'
+    sm_clock_mhz: float = NEVER  # _perf.triage 6-8: SM clock below the peers'
+    throughput_bps: float = NEVER  # nvlink (NVLink) or network (port) throughput below the peers'
+    peer_ratio: float | None = None  # the clock bound over a GPU's own max clock, when the peers have none
+
+
+def gpu_bounds(peers: PeerStats | None, cfg: DetectionSettings) -> Bounds | None:
+    if peers is None:
+        return None
+    out = Bounds()
+    limit = peers.power_limit_w
+    if limit is not None and limit.median > 0:
+        out.power_limit_w = limit.median * (1.0 + _LOOSE - cfg.power_limit_drop)
+    ratio = peers.sm_clock_ratio
+    if ratio is not None and ratio.median > 0:
+        if peers.sm_clock_max_mhz is not None:
+            out.sm_clock_mhz = peers.sm_clock_max_mhz.median * ratio.median * (1.0 + _LOOSE - cfg.clock_drop)
+        else:
+            out.peer_ratio = ratio.median * (1.0 + _LOOSE - cfg.clock_drop)
+    bw = peers.nvlink_bps
+    if bw is not None and bw.median >= cfg.nvlink_min_bps:
+        out.throughput_bps = bw.median * (1.0 + _LOOSE - cfg.nvlink_bw_drop)
+    return out
+
+
+def nic_bounds(peers: NicPeerStats | None, cfg: DetectionSettings) -> Bounds | None:
+    if peers is None or peers.bps is None or peers.bps.median < cfg.ib_min_bps:
+        return None
+    return Bounds(throughput_bps=peers.bps.median * (1.0 + _LOOSE - cfg.ib_bw_drop))
+
+
+def gpu_may_find(obs: GpuObs, bounds: Bounds | None, recent: Recent, cfg: DetectionSettings) -> bool:
     if obs.lost or obs.xids or obs.ecc_uncorrected_new or obs.remapped_rows_pending:
         return True  # lost, xid, ecc
     if (obs.clocks_event_reasons or 0) & _HARDWARE_BITS:
@@ -58,28 +96,21 @@ def gpu_may_find(obs: GpuObs, peers: PeerStats | None, recent: Recent, cfg: Dete
     if recent.errors > obs.ts - cfg.rate_window_s:
         return True  # nvlink errors, pcie replays: an increase needs a positive rate inside the window
     busy = obs.busy
-    if busy and peers is not None and _below_peers(obs, peers, cfg):
+    if busy and bounds is not None and _below(obs, bounds):
         return True
     return _pcie_off(obs, busy)
 
 
-def _below_peers(obs: GpuObs, peers: PeerStats, cfg: DetectionSettings) -> bool:
-    """The peer comparisons of _perf.triage (5-8) and the nvlink rule, by their deviation alone
-    (each rule also asks a z-score of it): power limit, SM clock or NVLink throughput below the
-    peers'. Written out, not through the rules' helpers: this runs for every busy GPU at every
-    instant, and the objects those build cost more than the rest of the screen."""
-    limit = peers.power_limit_w
-    if obs.power_limit_w is not None and limit is not None and limit.median > 0:
-        if obs.power_limit_w / limit.median - 1.0 <= _LOOSE - cfg.power_limit_drop:
+def _below(obs: GpuObs, bounds: Bounds) -> bool:
+    if obs.power_limit_w is not None and obs.power_limit_w <= bounds.power_limit_w:
+        return True
+    clock = obs.sm_clock_mhz
+    if clock is not None:
+        if clock <= bounds.sm_clock_mhz:
             return True
-    ratio = peers.sm_clock_ratio
-    if ratio is not None and obs.sm_clock_mhz is not None and ratio.median > 0:
-        peer_max = peers.sm_clock_max_mhz.median if peers.sm_clock_max_mhz is not None else obs.sm_clock_max_mhz
-        if peer_max and (obs.sm_clock_mhz / peer_max) / ratio.median - 1.0 <= _LOOSE - cfg.clock_drop:
+        if bounds.peer_ratio is not None and obs.sm_clock_max_mhz and clock <= obs.sm_clock_max_mhz * bounds.peer_ratio:
             return True
-    bw, stats = obs.nvlink_bps, peers.nvlink_bps
-    return bw is not None and stats is not None and stats.median >= cfg.nvlink_min_bps and \
-        bw / stats.median - 1.0 <= _LOOSE - cfg.nvlink_bw_drop
+    return obs.nvlink_bps is not None and obs.nvlink_bps <= bounds.throughput_bps
 
 
 def _pcie_off(obs: GpuObs, busy: bool) -> bool:
@@ -88,11 +119,11 @@ def _pcie_off(obs: GpuObs, busy: bool) -> bool:
     return busy and obs.pcie_gen is not None and obs.pcie_gen_max is not None and obs.pcie_gen < obs.pcie_gen_max
 
 
-def nic_may_find(obs: NicObs, peers: NicPeerStats | None, recent: Recent, cfg: DetectionSettings) -> bool:
+def nic_may_find(obs: NicObs, peers: NicPeerStats | None, bounds: Bounds | None, recent: Recent, cfg: DetectionSettings) -> bool:
     if obs.state is not None and obs.state.upper() not in ACTIVE_STATES:
         return True
     expected = obs.expected_rate_gbps
-    if expected is None and peers is not None and peers.rate_gbps is not None:
+    if expected is None and obs.rate_gbps is not None and peers is not None and peers.rate_gbps is not None:
         expected = peers.rate_gbps.median
     if obs.rate_gbps is not None and expected is not None and obs.rate_gbps < expected * (1 - RATE_TOLERANCE):
         return True
@@ -101,7 +132,4 @@ def nic_may_find(obs: NicObs, peers: NicPeerStats | None, recent: Recent, cfg: D
     # those at or after it, and only counts above ib_wait_factor × ib_wait_floor_per_s.
     if recent.errors > start or recent.flaps > start or recent.wait >= start:
         return True
-    # Throughput below the peers' (the network rule's test by its deviation alone, as above).
-    stats = peers.bps if peers is not None and obs.node_busy else None
-    return obs.bps is not None and stats is not None and stats.median >= cfg.ib_min_bps and \
-        obs.bps / stats.median - 1.0 <= _LOOSE - cfg.ib_bw_drop
+    return obs.node_busy and bounds is not None and obs.bps is not None and obs.bps <= bounds.throughput_bps
