@@ -20,6 +20,7 @@ unsteady for the windows they touch), every counter readable (no reset inside).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -71,18 +72,37 @@ def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:
 def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_median: float, drop: float, z_min: float,
                         noise_floor: float) -> dict[str, tuple[VsPeers, Robust]]:
     """Each node against the median of the *other* nodes (one odd node never moves its own
-    reference); a node is low when drop below it and z_min robust deviations under it."""
+    reference); a node is low when drop below it and z_min robust deviations under it.
+
+    A job of 12,500 nodes is one group: the others' median and MAD are read off the sorted
+    values by rank (leave_one_out), not sorted again for every node (that was minutes of CPU
+    per window). The same elements, the same arithmetic: the same floats as statistics.median."""
     values = list(values)
-    if len(values) < min_nodes:
+    if len(values) < max(min_nodes, 2):
         return {}
+    ordered = sorted(v.value for v in values)
+    deviations: dict[float, list[float]] = {}  # by the others' median (a few distinct ones): |v - m|, sorted
     out = {}
     for one in values:
-        others = [v.value for v in values if v is not one]
-        m = median(others)
+        m = leave_one_out(ordered, one.value)
         if m < min_median:
             continue
-        ref = Robust(median=m, mad=median(abs(v - m) for v in others), n=len(others))
+        spread = deviations.get(m)
+        if spread is None:
+            spread = deviations[m] = sorted(abs(v - m) for v in ordered)
+        ref = Robust(median=m, mad=leave_one_out(spread, abs(one.value - m)), n=len(ordered) - 1)
         deviation = one.value / m - 1.0
         z = ref.z(one.value, noise_floor * m)
         out[one.node] = (VsPeers(one.value, m, deviation, z, deviation <= -drop and z <= -z_min), ref)
     return out
+
+
+def leave_one_out(ordered: Sequence[float], value: float) -> float:
+    """The median of sorted `ordered` without one element equal to `value` (which it holds)."""
+    gone = bisect_left(ordered, value)  # which of equal elements goes changes nothing
+
+    def kept(i: int) -> float:  # the i-th element of what remains
+        return ordered[i] if i < gone else ordered[i + 1]
+
+    n = len(ordered) - 1
+    return kept(n // 2) if n % 2 else (kept(n // 2 - 1) + kept(n // 2)) / 2

@@ -3,9 +3,12 @@ pure functions, then through the engine with nodes sampled at their own phases."
 
 from __future__ import annotations
 
+import random
+import statistics
+
 import pytest
 
-from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate
+from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, leave_one_out
 from server.detect.engine import Detector, NodeInstant
 from server.detect.persistence import Opened
 from server.detect.settings import DetectionSettings
@@ -60,6 +63,26 @@ JUDGE_CASES = [
 def test_against_other_nodes(name, values, min_nodes, low):
     judged = against_other_nodes(values, min_nodes=min_nodes, min_median=1.0, drop=0.3, z_min=3.0, noise_floor=0.05)
     assert {node for node, (vs, _) in judged.items() if vs.low} == low
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_others_median_and_spread_are_those_of_the_others(seed):
+    # against_other_nodes reads each node's reference off one sorted list; it must be exactly
+    # the median and MAD of the other nodes' values (ties, even and odd counts included).
+    rng = random.Random(seed)
+    values = nodes(*(rng.choice([100.0, 100.0, 99.0, 60.0, rng.uniform(50, 150)]) for _ in range(rng.randint(2, 15))))
+    judged = against_other_nodes(values, min_nodes=2, min_median=1.0, drop=0.3, z_min=3.0, noise_floor=0.05)
+    for one in values:
+        others = [v.value for v in values if v is not one]
+        m = statistics.median(others)
+        _, ref = judged[one.node]
+        assert (ref.median, ref.mad, ref.n) == (m, statistics.median(abs(v - m) for v in others), len(others))
+
+
+def test_leave_one_out_removes_one_of_equal_values():
+    assert leave_one_out([1.0, 2.0, 2.0, 7.0], 2.0) == 2.0
+    assert leave_one_out([1.0, 2.0, 2.0, 7.0], 7.0) == 2.0
+    assert leave_one_out([1.0, 2.0, 3.0, 7.0, 9.0], 1.0) == 5.0
 
 
 # --- through the engine ---------------------------------------------------------------------
