@@ -30,7 +30,7 @@ from typing import Any
 from server.detect import rules
 from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
-from server.detect.model import Finding, GpuObs, NicObs, Window
+from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
 from server.detect.observe import gpu_obs, nic_obs
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
@@ -47,8 +47,12 @@ JUDGED_ONLY_WHEN_BUSY = frozenset({"clock", "power", "thermal", "hw_slowdown", "
 # For a GPU's first sample, how far back an XID still belongs to it.
 XID_FIRST_SAMPLE_LOOKBACK_S = 60.0
 NEVER = float("-inf")
-SWEEP_EVERY_S = 60.0
-ROLE_GROUPS_KEPT = 4096  # sample time between two sweeps of a cluster for silent nodes
+SWEEP_EVERY_S = 60.0  # sample time between two sweeps of a cluster for silent nodes
+ROLE_GROUPS_KEPT = 4096
+WINDOW_ITEMS = 120  # observations a window holds at most (at 1 s sampling keep_s would be 211)
+# Whole observations older than full_s become past records in batches, once the oldest is this
+# much older: every few instants a few at once, not a check and a conversion at every append.
+AGE_SLACK_S = 30.0
 
 
 @dataclass
@@ -126,6 +130,11 @@ class Detector:
         # window behind a node's newest sample, and starts one window earlier), whichever is
         # longer, plus one window to spare. At 5 s sampling 42 observations instead of 120.
         self.keep_s = max(cfg.rate_window_s, cfg.stale_after_s + 2 * cfg.across_window_s) + cfg.across_window_s
+        # Whole observations for what the rules look back over (rate_window_s), their past record
+        # (model.GpuPast, NicPast) beyond: at 5 s sampling 13 whole ones of 43. Rules other than
+        # the default ones may look anywhere: whole observations throughout.
+        self.full_s = cfg.rate_window_s if gpu_rules is None and nic_rules is None else self.keep_s
+        self.age_s = min(self.full_s + AGE_SLACK_S, self.keep_s)  # the oldest whole observation that triggers _age
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
@@ -294,7 +303,7 @@ class Detector:
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
         groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
-        out, keep_s, cluster, node_name = [], self.keep_s, item.cluster, item.node
+        out, age_s, cluster, node_name = [], self.age_s, item.cluster, item.node
         where = (cluster, node_name)
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
@@ -311,10 +320,11 @@ class Detector:
             state.prev_row = row
             state.node = where
             state.absent = 0
-            items = state.window.items  # newest last; older than keep_s let go (inline: every GPU, every instant)
-            items.append(obs)
-            while items[0].ts < obs.ts - keep_s:
-                items.popleft()
+            window = state.window  # newest last, older kept as past, older than keep_s let go (inline: every GPU, every instant)
+            recent = window.recent
+            recent.append(obs)
+            if recent[0].ts < obs.ts - age_s:  # every few instants, a few at once
+                self._age(window, obs.ts, gpu_past)
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
             out.append(obs)
@@ -324,7 +334,7 @@ class Detector:
         """The ports' observations, and their entities in the same order."""
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
-        out, keys, keep_s, ports, roles, cfg = [], [], self.keep_s, node.ports, self._role_groups, self.cfg
+        out, keys, age_s, ports, roles, cfg = [], [], self.age_s, node.ports, self._role_groups, self.cfg
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
             known = ports.get((device, port))  # its names, made once (every port, every instant)
@@ -347,14 +357,26 @@ class Detector:
             obs = nic_obs(row, state.prev_row, item.cluster, item.node, role_group, node_busy)
             obs.expected_rate_gbps = expected
             state.prev_row = row
-            items = state.window.items  # as in _observe_gpus
-            items.append(obs)
-            while items[0].ts < obs.ts - keep_s:
-                items.popleft()
+            window = state.window  # as in _observe_gpus
+            recent = window.recent
+            recent.append(obs)
+            if recent[0].ts < obs.ts - age_s:  # as in _observe_gpus
+                self._age(window, obs.ts, nic_past)
             state.recent.note_nic(obs, cfg)
             out.append(obs)
             keys.append(key)
         return out, keys
+
+    def _age(self, window: Window, ts: float, past) -> None:
+        """Observations older than full_s become their past record; older than keep_s, or
+        beyond WINDOW_ITEMS in all, they go."""
+        recent, older = window.recent, window.past
+        while recent[0].ts < ts - self.full_s:
+            older.append(past(recent.popleft()))
+        while older and older[0].ts < ts - self.keep_s:
+            older.popleft()
+        while len(older) + len(recent) > WINDOW_ITEMS:
+            (older or recent).popleft()
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}

@@ -4,7 +4,7 @@ statistics of their peers at that instant, and what a rule reports."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -186,23 +186,89 @@ class NicPeerStats:
     xmit_wait_per_s: Robust | None = None
 
 
-@dataclass
+class GpuPast(msgspec.Struct, gc=False):
+    """What a GPU's observation keeps once older than the rules look back: what windows aligned
+    across nodes read (server/detect/across_window.py). A tenth of the observation's memory."""
+
+    ts: float
+    group: str
+    busy: bool
+    nvlink_bps: float | None
+    power_limit_w: float | None
+
+
+class NicPast(msgspec.Struct, gc=False):
+    """A port's observation once older than the rules look back (as GpuPast)."""
+
+    ts: float
+    group: str
+    node_busy: bool
+    bps: float | None
+
+
+def gpu_past(obs) -> GpuPast:
+    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w)
+
+
+def nic_past(obs) -> NicPast:
+    return NicPast(obs.ts, obs.group, obs.node_busy, obs.bps)
+
+
 class Window:
     """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
-    detector keeps those within its keep_s of sample time of the newest, 120 at most."""
+    detector keeps those within its keep_s of sample time of the newest, 120 at most: the
+    newest as whole observations (`recent`: the rules look back rate_window_s), the older ones
+    as their past record (`past`: GpuPast, NicPast). `items` is both, in order."""
 
-    items: deque = field(default_factory=lambda: deque(maxlen=120))
+    __slots__ = ("recent", "past", "_typical")
+
+    def __init__(self, items=()):
+        self.recent: deque = deque(items, maxlen=120)  # engine.WINDOW_ITEMS: the cap holds between two agings
+        self.past: deque = deque()
+        self._typical = None  # rules/_common.py: the typical interval, per content
+
+    @property
+    def items(self):
+        return self.recent if not self.past else _Both(self.past, self.recent)
 
     @property
     def latest(self):
-        return self.items[-1]
+        return self.recent[-1]
 
     def since(self, seconds: float) -> list:
         """Observations within `seconds` before the latest (inclusive)."""
-        if not self.items:
+        if not self.recent:
             return []
-        start = self.items[-1].ts - seconds
+        start = self.recent[-1].ts - seconds
         return [o for o in self.items if o.ts >= start]
+
+
+class _Both:
+    """Two deques read as one sequence, the first's items first."""
+
+    __slots__ = ("first", "then")
+
+    def __init__(self, first: deque, then: deque):
+        self.first, self.then = first, then
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.then)
+
+    def __iter__(self):
+        yield from self.first
+        yield from self.then
+
+    def __reversed__(self):
+        yield from reversed(self.then)
+        yield from reversed(self.first)
+
+    def __getitem__(self, i: int):
+        n = len(self.first)
+        if i < 0:
+            i += n + len(self.then)
+        if not 0 <= i < n + len(self.then):
+            raise IndexError(i)
+        return self.first[i] if i < n else self.then[i - n]
 
 
 @dataclass(slots=True)

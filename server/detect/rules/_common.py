@@ -147,7 +147,7 @@ def _typical_interval_of(window: Window) -> float | None:
     # only ever appends, and each append puts a new object last (and, when full, drops the first).
     items = window.items
     key = (len(items), id(items[0]), id(items[-1]))
-    cached = window.__dict__.get("_typical")
+    cached = window._typical
     if cached is None or cached[0] != key:
         cached = window._typical = (key, _typical_interval(items))
     return cached[1]
