@@ -20,9 +20,10 @@ unsteady for the windows they touch), every counter readable (no reset inside).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from statistics import median
 
 from server.detect.model import Robust, Window
@@ -41,25 +42,27 @@ def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, st
     when the samples do not cover the whole span, a rate inside is unknown (a reset), or an
     observation inside is not steady (its `steady` attribute false: a GPU not busy, a port
     of a node not busy)."""
-    items = window.items
+    items = window.as_list()
     if len(items) < 2 or items[-1].ts < end:
         return None
-    total, covered_from = 0.0, None
-    prev_ts = None
-    for obs in items:
-        if prev_ts is not None and obs.ts > start and prev_ts < end:
-            rate = getattr(obs, attr)
-            if rate is None or not getattr(obs, steady):
-                return None
-            lo, hi = max(prev_ts, start), min(obs.ts, end)
-            total += rate * (hi - lo)
-            covered_from = prev_ts if covered_from is None else covered_from
-        prev_ts = obs.ts
+    # The first sample after `start`: the intervals before it end before the window. Without a
+    # sample at or before `start` the window is not covered.
+    first = bisect_right(items, start, key=_ts)
+    if first == 0:
+        return None
+    total, prev_ts = 0.0, items[first - 1].ts
+    for obs in items[first:]:
+        rate = getattr(obs, attr)
+        if rate is None or not getattr(obs, steady):
+            return None
+        total += rate * (min(obs.ts, end) - max(prev_ts, start))
         if obs.ts >= end:
             break
-    if covered_from is None or covered_from > start:
-        return None
+        prev_ts = obs.ts
     return total / (end - start)
+
+
+_ts = attrgetter("ts")
 
 
 def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:

@@ -3,9 +3,11 @@ findings each node gets for NVLink throughput, port throughput and power limits.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, node_value
 from server.detect.model import Finding, Robust, Window
@@ -78,10 +80,14 @@ def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
 
 def _limit_at(window: Window, start: float, end: float) -> float | None:
     """The power limit through the window, when the GPU was busy at every sample in it."""
-    inside = [o for o in window.items if start < o.ts <= end]
+    items = window.as_list()
+    inside = items[bisect_right(items, start, key=_ts):bisect_right(items, end, key=_ts)]
     if not inside or not all(o.busy for o in inside):
         return None
     return inside[-1].power_limit_w
+
+
+_ts = attrgetter("ts")
 
 
 def _watts(value: float) -> str:

@@ -134,7 +134,11 @@ class Detector:
         # (model.GpuPast, NicPast) beyond: at 5 s sampling 13 whole ones of 43. Rules other than
         # the default ones may look anywhere: whole observations throughout.
         self.full_s = cfg.rate_window_s if gpu_rules is None and nic_rules is None else self.keep_s
-        self.age_s = min(self.full_s + AGE_SLACK_S, self.keep_s)  # the oldest whole observation that triggers _age
+        # The oldest whole observation that makes a window age (_age): full_s plus up to
+        # AGE_SLACK_S, staggered across windows (Window.stagger) so that a fleet whose windows
+        # filled together (a restart) does not age all at once in one evaluation.
+        self.age_s = min(self.full_s + AGE_SLACK_S, self.keep_s)
+        self.stagger_s = min(AGE_SLACK_S, self.keep_s - self.age_s)
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
@@ -303,7 +307,7 @@ class Detector:
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
         groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
-        out, age_s, cluster, node_name = [], self.age_s, item.cluster, item.node
+        out, age_s, stagger_s, cluster, node_name = [], self.age_s, self.stagger_s, item.cluster, item.node
         where = (cluster, node_name)
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
@@ -323,7 +327,7 @@ class Detector:
             window = state.window  # newest last, older kept as past, older than keep_s let go (inline: every GPU, every instant)
             recent = window.recent
             recent.append(obs)
-            if recent[0].ts < obs.ts - age_s:  # every few instants, a few at once
+            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s:  # every few instants, a few at once
                 self._age(window, obs.ts, gpu_past)
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
@@ -334,7 +338,7 @@ class Detector:
         """The ports' observations, and their entities in the same order."""
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
-        out, keys, age_s, ports, roles, cfg = [], [], self.age_s, node.ports, self._role_groups, self.cfg
+        out, keys, age_s, stagger_s, ports, roles, cfg = [], [], self.age_s, self.stagger_s, node.ports, self._role_groups, self.cfg
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
             known = ports.get((device, port))  # its names, made once (every port, every instant)
@@ -360,7 +364,7 @@ class Detector:
             window = state.window  # as in _observe_gpus
             recent = window.recent
             recent.append(obs)
-            if recent[0].ts < obs.ts - age_s:  # as in _observe_gpus
+            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s:  # as in _observe_gpus
                 self._age(window, obs.ts, nic_past)
             state.recent.note_nic(obs, cfg)
             out.append(obs)
@@ -368,12 +372,17 @@ class Detector:
         return out, keys
 
     def _age(self, window: Window, ts: float, past) -> None:
-        """Observations older than full_s become their past record; older than keep_s, or
-        beyond WINDOW_ITEMS in all, they go."""
+        """Observations older than full_s become their past record (`past`: model.gpu_past,
+        nic_past); older than keep_s, or beyond WINDOW_ITEMS in all, they go."""
         recent, older = window.recent, window.past
-        while recent[0].ts < ts - self.full_s:
-            older.append(past(recent.popleft()))
-        while older and older[0].ts < ts - self.keep_s:
+        horizon = ts - self.full_s
+        if recent[0].ts < horizon:
+            moved = []
+            while recent[0].ts < horizon:
+                moved.append(recent.popleft())
+            older.extend(map(past, moved))
+        horizon = ts - self.keep_s
+        while older and older[0].ts < horizon:
             older.popleft()
         while len(older) + len(recent) > WINDOW_ITEMS:
             (older or recent).popleft()

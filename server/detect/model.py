@@ -3,6 +3,7 @@ statistics of their peers at that instant, and what a rule reports."""
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -220,12 +221,14 @@ class Window:
     newest as whole observations (`recent`: the rules look back rate_window_s), the older ones
     as their past record (`past`: GpuPast, NicPast). `items` is both, in order."""
 
-    __slots__ = ("recent", "past", "_typical")
+    __slots__ = ("recent", "past", "_typical", "stagger")
+    _made = itertools.count()
 
     def __init__(self, items=()):
         self.recent: deque = deque(items, maxlen=120)  # engine.WINDOW_ITEMS: the cap holds between two agings
         self.past: deque = deque()
         self._typical = None  # rules/_common.py: the typical interval, per content
+        self.stagger = next(Window._made) % 8 / 8  # when, within the engine's slack, this window ages
 
     @property
     def items(self):
@@ -234,6 +237,10 @@ class Window:
     @property
     def latest(self):
         return self.recent[-1]
+
+    def as_list(self) -> list:
+        """`items` as one list (made in C: for scans and bisection over all of them)."""
+        return [*self.past, *self.recent] if self.past else list(self.recent)
 
     def since(self, seconds: float) -> list:
         """Observations within `seconds` before the latest (inclusive)."""

@@ -90,6 +90,7 @@ _NIC = Recipe("nic_obs", NicObs, fields.NIC_READINGS, extra="cluster, node, grou
 # The stored GPU readings an observation is made of: all the detector reads back (not every
 # column: the dashboard-only ones, energy or encoder utilisation, cost it a read each).
 GPU_READINGS = _GPU.columns
+NIC_READINGS = _NIC.columns
 
 # gpu_obs(row, prev, cluster, node, group, xids=()) -> GpuObs (positional: keywords cost a
 # tenth of the call); nic_obs(row, prev, cluster, node, group, node_busy) -> NicObs

@@ -15,9 +15,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, select
 
 from server.detect.engine import NodeInstant
-from server.detect.observe import GPU_READINGS
+from server.detect.observe import GPU_READINGS, NIC_READINGS
 from server.peer_groups import workload_job, workload_key, workload_label
-from server.protocol import NIC_METRICS
 from server.store import schema
 from server.store.driver_rows import select_rows
 
@@ -106,7 +105,7 @@ def load_instants(conn: Connection, entries: list[dict[str, Any]]) -> list[NodeI
 
 CHUNK_NODES = 500  # node ids per query (SQLite's bound-parameter limit, plan size)
 _GPU_KEYS = ("ts", *GPU_READINGS, "uuid", "index", "model")
-_NIC_KEYS = ("ts", *NIC_METRICS, "device", "port")
+_NIC_KEYS = ("ts", *NIC_READINGS, "device", "port")
 
 
 def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) -> list[NodeInstant]:
@@ -138,7 +137,7 @@ def _chunk_instants(conn: Connection, ranges: dict[int, tuple[float, float]]) ->
             if workloads:
                 _attach_workload(values, workloads.get(values["uuid"]))
             item.gpu_rows.append(values)
-    nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_METRICS), NicT.c.device, NicT.c.port, NicT.c.node_id]
+    nic_cols = [NicSampleT.c.ts, *(NicSampleT.c[m] for m in NIC_READINGS), NicT.c.device, NicT.c.port, NicT.c.node_id]
     nic_rows = select_rows(conn, select(*nic_cols).join(
         NicSampleT, and_(NicSampleT.c.nic_id == NicT.c.id, NicSampleT.c.ts >= lo, NicSampleT.c.ts <= hi)).where(NicT.c.node_id.in_(ids)))
     for row in nic_rows:
