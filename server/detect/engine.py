@@ -327,7 +327,9 @@ class Detector:
             window = state.window  # newest last, older kept as past, older than keep_s let go (inline: every GPU, every instant)
             recent = window.recent
             recent.append(obs)
-            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s:  # every few instants, a few at once
+            # Every few instants, a few at once (or at the cap: never drop a whole one silently, that
+            # would leave a hole between the past and the recent ones).
+            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s or len(recent) > WINDOW_ITEMS:
                 self._age(window, obs.ts, gpu_past)
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
@@ -364,7 +366,7 @@ class Detector:
             window = state.window  # as in _observe_gpus
             recent = window.recent
             recent.append(obs)
-            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s:  # as in _observe_gpus
+            if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s or len(recent) > WINDOW_ITEMS:  # as above
                 self._age(window, obs.ts, nic_past)
             state.recent.note_nic(obs, cfg)
             out.append(obs)

@@ -225,7 +225,7 @@ class Window:
     _made = itertools.count()
 
     def __init__(self, items=()):
-        self.recent: deque = deque(items, maxlen=120)  # engine.WINDOW_ITEMS: the cap holds between two agings
+        self.recent: deque = deque(items)
         self.past: deque = deque()
         self._typical = None  # rules/_common.py: the typical interval, per content
         self.stagger = next(Window._made) % 8 / 8  # when, within the engine's slack, this window ages

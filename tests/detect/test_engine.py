@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from server.detect.engine import AGE_SLACK_S, Detector, NodeInstant
+from server.detect.engine import AGE_SLACK_S, WINDOW_ITEMS, Detector, NodeInstant
 from server.detect.model import Finding, GpuObs, GpuPast
 from server.detect.persistence import Opened, Resolved
 from server.detect.settings import DetectionSettings
@@ -331,3 +331,19 @@ def test_windows_keep_whole_observations_only_as_far_back_as_the_rules_look():
     assert (window.past[0].busy, window.past[0].power_limit_w, window.past[0].nvlink_bps) == (True, 700.0, 2e9)
     assert [o.ts for o in window.items] == [1000 + k * 5.0 for k in range(100 - len(window.items), 100)]
     assert len(window.items) >= 43 and len(window.past) >= 30 - 2 * AGE_SLACK_S / 5
+
+
+@pytest.mark.parametrize("interval", [0.5, 0.9, 1.0, 5.0])
+def test_a_window_capped_at_fast_sampling_keeps_no_hole(interval):
+    """At the 120-observation cap the oldest go from the past records, never a whole observation
+    from between them and the recent ones: an aligned window across that hole would have
+    integrated one interval's rate over the gap."""
+    det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
+    for item in fleet([1000 + k * interval for k in range(600)], nodes=1, gpus=8):  # eight windows: every stagger
+        det.add(item)
+        det.advance()
+    for g in range(8):
+        ts = [o.ts for o in det.gpus[f"GPU-n0-{g}"].window.items]
+        assert ts == [1000 + k * interval for k in range(600 - len(ts), 600)]
+        # At most WINDOW_ITEMS after each aging; until the next, up to WINDOW_ITEMS whole ones more.
+        assert len(ts) <= 2 * WINDOW_ITEMS + 1
