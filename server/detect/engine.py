@@ -134,7 +134,7 @@ class Detector:
         # (model.GpuPast, NicPast) beyond: at 5 s sampling 13 whole ones of 43. Rules other than
         # the default ones may look anywhere: whole observations throughout.
         self.full_s = cfg.rate_window_s if gpu_rules is None and nic_rules is None else self.keep_s
-        # The oldest whole observation that makes a window age (_age): full_s plus up to
+        # The oldest whole observation that makes a window age (Window.age): full_s plus up to
         # AGE_SLACK_S, staggered across windows (Window.stagger) so that a fleet whose windows
         # filled together (a restart) does not age all at once in one evaluation.
         self.age_s = min(self.full_s + AGE_SLACK_S, self.keep_s)
@@ -330,7 +330,7 @@ class Detector:
             # Every few instants, a few at once (or at the cap: never drop a whole one silently, that
             # would leave a hole between the past and the recent ones).
             if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s or len(recent) > WINDOW_ITEMS:
-                self._age(window, obs.ts, gpu_past)
+                window.age(obs.ts, self.full_s, self.keep_s, WINDOW_ITEMS, gpu_past)
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
             out.append(obs)
@@ -367,27 +367,11 @@ class Detector:
             recent = window.recent
             recent.append(obs)
             if recent[0].ts < obs.ts - age_s - window.stagger * stagger_s or len(recent) > WINDOW_ITEMS:  # as above
-                self._age(window, obs.ts, nic_past)
+                window.age(obs.ts, self.full_s, self.keep_s, WINDOW_ITEMS, nic_past)
             state.recent.note_nic(obs, cfg)
             out.append(obs)
             keys.append(key)
         return out, keys
-
-    def _age(self, window: Window, ts: float, past) -> None:
-        """Observations older than full_s become their past record (`past`: model.gpu_past,
-        nic_past); older than keep_s, or beyond WINDOW_ITEMS in all, they go."""
-        recent, older = window.recent, window.past
-        horizon = ts - self.full_s
-        if recent[0].ts < horizon:
-            moved = []
-            while recent[0].ts < horizon:
-                moved.append(recent.popleft())
-            older.extend(map(past, moved))
-        horizon = ts - self.keep_s
-        while older and older[0].ts < horizon:
-            older.popleft()
-        while len(older) + len(recent) > WINDOW_ITEMS:
-            (older or recent).popleft()
 
     def _judge_gpus(self, ts: float, fresh: list[GpuObs]) -> list[EpisodeChange]:
         stats = {group: gpu_peer_stats(group, members, min_peers=self.cfg.min_peers) for group, members in _by_group(fresh).items()}

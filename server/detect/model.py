@@ -238,6 +238,23 @@ class Window:
     def latest(self):
         return self.recent[-1]
 
+    def age(self, now: float, full_s: float, keep_s: float, most: int, past) -> None:
+        """Whole observations older than full_s before `now` become their past record (`past`:
+        gpu_past, nic_past); past records older than keep_s go, and the oldest beyond `most`
+        in all (past records first: the rest stay one run of samples, without a hole)."""
+        recent, older = self.recent, self.past
+        horizon = now - full_s
+        if recent[0].ts < horizon:
+            moved = []
+            while recent[0].ts < horizon:
+                moved.append(recent.popleft())
+            older.extend(map(past, moved))
+        horizon = now - keep_s
+        while older and older[0].ts < horizon:
+            older.popleft()
+        while len(older) + len(recent) > most:
+            (older or recent).popleft()
+
     def as_list(self) -> list:
         """`items` as one list (made in C: for scans and bisection over all of them)."""
         return [*self.past, *self.recent] if self.past else list(self.recent)
