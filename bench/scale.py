@@ -133,6 +133,9 @@ def run(gpus: int, *, instants: int, interval: float, nics: int, warm: int) -> N
           f"(median of {len(walls)}); {gpus / cpu:,.0f} GPU-samples per CPU-second; "
           f"peak RSS {peak / 2**20:,.0f} MiB (the whole process, input instants included; {before / 2**20:,.0f} MiB before the "
           f"detector was made); {changes} episode changes")
+    # Each evaluation's own: one that judged an aligned window between nodes (every
+    # across_window_s of sample time) costs several times the others, and a median hides it.
+    print("  CPU s per evaluation: " + " ".join(f"{c:.2f}" for c in cpus))
 
 
 def run_service(gpus: int, *, instants: int, interval: float, nics: int, warm: int, url: str | None, mmap_mb: int = SQLITE_MMAP_MB) -> None:
