@@ -23,10 +23,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from statistics import median
 
-from server.detect.model import Robust, Window
+from server.detect.model import Robust, Window, ts_of
 from server.detect.rules._common import VsPeers
 
 
@@ -42,12 +41,12 @@ def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, st
     when the samples do not cover the whole span, a rate inside is unknown (a reset), or an
     observation inside is not steady (its `steady` attribute false: a GPU not busy, a port
     of a node not busy)."""
-    items = window.as_list()
+    items = window.items
     if len(items) < 2 or items[-1].ts < end:
         return None
     # The first sample after `start`: the intervals before it end before the window. Without a
     # sample at or before `start` the window is not covered.
-    first = bisect_right(items, start, key=_ts)
+    first = bisect_right(items, start, key=ts_of)
     if first == 0:
         return None
     total, prev_ts = 0.0, items[first - 1].ts
@@ -60,9 +59,6 @@ def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, st
             break
         prev_ts = obs.ts
     return total / (end - start)
-
-
-_ts = attrgetter("ts")
 
 
 def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:

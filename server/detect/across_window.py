@@ -7,10 +7,9 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import attrgetter
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, node_value
-from server.detect.model import Finding, Robust, Window
+from server.detect.model import Finding, Robust, Window, ts_of
 from server.detect.rules._common import VsPeers, gbps, pct, rnd
 from server.detect.settings import DetectionSettings
 
@@ -70,9 +69,10 @@ def _add(values: list[NodeValue], value: NodeValue | None) -> None:
 def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
     groups: dict[str, list[Window]] = defaultdict(list)
     for w in windows:
-        if not w.items or w.items[-1].ts < end:
+        items = w.items
+        if not items or items[-1].ts < end:
             continue  # not reporting through the window (a GPU lost, a port gone): not a member
-        last = next((o for o in reversed(w.items) if o.ts <= end), None)
+        last = next((o for o in reversed(items) if o.ts <= end), None)
         if last is not None:
             groups[last.group].append(w)
     return groups
@@ -80,14 +80,11 @@ def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
 
 def _limit_at(window: Window, start: float, end: float) -> float | None:
     """The power limit through the window, when the GPU was busy at every sample in it."""
-    items = window.as_list()
-    inside = items[bisect_right(items, start, key=_ts):bisect_right(items, end, key=_ts)]
+    items = window.items
+    inside = items[bisect_right(items, start, key=ts_of):bisect_right(items, end, key=ts_of)]
     if not inside or not all(o.busy for o in inside):
         return None
     return inside[-1].power_limit_w
-
-
-_ts = attrgetter("ts")
 
 
 def _watts(value: float) -> str:

@@ -18,7 +18,8 @@ _STAT_OF_METRIC = {
 
 def explain(finding: Finding, window: Window, peers: PeerStats | NicPeerStats | None) -> Finding:
     obs = window.latest
-    before = window.items[-2].ts if len(window.items) >= 2 else None
+    items = window.items
+    before = items[-2].ts if len(items) >= 2 else None
     evidence: dict[str, Any] = dict(finding.evidence)
     # Gauges are the reading at `to`; rates and counter increases cover `from`..`to`.
     evidence["window"] = {"from": before, "to": obs.ts}

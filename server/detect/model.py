@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 import msgspec
@@ -215,6 +216,9 @@ def nic_past(obs) -> NicPast:
     return NicPast(obs.ts, obs.group, obs.node_busy, obs.bps)
 
 
+ts_of = attrgetter("ts")  # for bisecting a window's items by sample time
+
+
 class Window:
     """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
     detector keeps those within its keep_s of sample time of the newest, 120 at most: the
@@ -231,8 +235,9 @@ class Window:
         self.stagger = next(Window._made) % 8 / 8  # when, within the engine's slack, this window ages
 
     @property
-    def items(self):
-        return self.recent if not self.past else _Both(self.past, self.recent)
+    def items(self) -> list:
+        """Both, oldest first, as one list (made in C; read, not kept: a new list each time)."""
+        return [*self.past, *self.recent] if self.past else list(self.recent)
 
     @property
     def latest(self):
@@ -255,44 +260,12 @@ class Window:
         while len(older) + len(recent) > most:
             (older or recent).popleft()
 
-    def as_list(self) -> list:
-        """`items` as one list (made in C: for scans and bisection over all of them)."""
-        return [*self.past, *self.recent] if self.past else list(self.recent)
-
     def since(self, seconds: float) -> list:
         """Observations within `seconds` before the latest (inclusive)."""
         if not self.recent:
             return []
         start = self.recent[-1].ts - seconds
         return [o for o in self.items if o.ts >= start]
-
-
-class _Both:
-    """Two deques read as one sequence, the first's items first."""
-
-    __slots__ = ("first", "then")
-
-    def __init__(self, first: deque, then: deque):
-        self.first, self.then = first, then
-
-    def __len__(self) -> int:
-        return len(self.first) + len(self.then)
-
-    def __iter__(self):
-        yield from self.first
-        yield from self.then
-
-    def __reversed__(self):
-        yield from reversed(self.then)
-        yield from reversed(self.first)
-
-    def __getitem__(self, i: int):
-        n = len(self.first)
-        if i < 0:
-            i += n + len(self.then)
-        if not 0 <= i < n + len(self.then):
-            raise IndexError(i)
-        return self.first[i] if i < n else self.then[i - n]
 
 
 @dataclass(slots=True)
