@@ -49,6 +49,8 @@ def entity_hint(episodes: Iterable[Mapping[str, Any]], *, now: float, cfg: HintS
                 acks: Iterable[Ack] = ()) -> EntityHint:
     """The hint of one GPU (or one node's node-level entity) from its episodes, the facts of the
     GPU (remedy evidence) and the operators' acks for its node."""
+    if not episodes:  # most GPUs of a node with an episode elsewhere
+        return EntityHint()
     table = cfg.action_table() if table is None else table
     chain = current_chain(mark_held(episodes, facts, acks, cfg), now, cfg.cooldown_s)
     if chain is None:
@@ -97,14 +99,17 @@ def mark_held(episodes: Iterable[Mapping[str, Any]], facts: GpuFacts | None, ack
 
 def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNode], clocks: Mapping[str, float],
                   cfg: HintSettings, *, generated_at: float, facts: Mapping[tuple[str, str, int], GpuFacts] | None = None,
-                  acks: Iterable[Ack] = ()) -> dict[str, Any]:
+                  acks: Iterable[Ack] = (), ok_entries: dict[tuple[str, str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The hints document served by GET /api/v1/hints.
 
     episodes: episode dicts (store/episodes.py PUBLIC_FIELDS), open or recently resolved;
     nodes: every node known to the collector, with its GPUs;
     clocks: cluster → newest sample time seen (the "now" of cool-downs);
     facts: (cluster, node, GPU index) → what shows a remedy happened (remedy.GpuFacts);
-    acks: the operators' acknowledgements (remedy.Ack).
+    acks: the operators' acknowledgements (remedy.Ack);
+    ok_entries: (cluster, node) → the entry of that node without episodes, kept by the caller
+    for as long as `nodes` stays the same (inventory.py), filled here; entries are shared by
+    the documents made with it, so no reader may modify them.
     """
     table = cfg.action_table()
     facts = facts or {}
@@ -134,7 +139,13 @@ def compute_hints(episodes: Iterable[Mapping[str, Any]], nodes: Iterable[KnownNo
     for (cluster, node), gpus in sorted(known.items()):
         if (cluster, node) not in with_episodes:
             # No episode, so no hint whatever the clock or the acks: most of a large fleet.
-            out_nodes.append(_ok_node(cluster, node, gpus))
+            if ok_entries is None:
+                out_nodes.append(_ok_node(cluster, node, gpus))
+            else:
+                entry = ok_entries.get((cluster, node))
+                if entry is None:
+                    entry = ok_entries[(cluster, node)] = _ok_node(cluster, node, gpus)
+                out_nodes.append(entry)
             continue
         out_nodes.append(_node_entry(cluster, node, gpus, by_entity, now=clocks.get(cluster, 0.0), cfg=cfg, table=table,
                                      facts=facts, acks=acks_by_node.get((cluster, node), ())))

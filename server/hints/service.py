@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, select
 
 from server.hints.compute import KnownNode, compute_hints
 from server.hints.held import as_ack
+from server.hints.inventory import Inventory, InventoryCache, qmark, read_inventory
 from server.hints.remedy import Ack, GpuFacts, covering_ack, remedy_for
 from server.hints.render import by_node_name
 from server.hints.settings import HintSettings
@@ -27,44 +28,28 @@ NodeT, GpuT, SampleT = schema.Node.__table__, schema.Gpu.__table__, schema.GpuSa
 _FAR_FUTURE = 1e300
 
 
-def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = None, generated_at: float | None = None) -> dict[str, Any]:
-    """Compute the hints document from what is stored: nodes and their GPUs (the inventory),
-    each cluster's newest sample time (its "now"), the episodes open or recently resolved, and
-    for the hardware faults that wait for a remedy the facts that may show it and the acks."""
-    where, params = ("", ()) if cluster is None else (" WHERE n.cluster = ?", (cluster,))
-    # Plain driver rows, the agent object as text (decoded only for the few nodes a remedy needs):
-    # at 100,000 GPUs, SQLAlchemy rows and JSON decoding cost more than the queries.
-    node_rows = _plain_rows(conn, f"SELECT n.id, n.cluster, n.name, n.last_seen, CAST(n.agent AS TEXT) FROM nodes n{where}", params)
-    gpu_rows = _plain_rows(conn, f'SELECT g.node_id, g."index", g.uuid, g.first_seen FROM gpus g JOIN nodes n ON n.id = g.node_id{where}',
-                           params)
-    gpus: dict[int, dict[int, tuple[float, str]]] = {}
-    for node_id, index, uuid, first_seen in gpu_rows:
-        slot = gpus.setdefault(node_id, {})
-        # A replaced GPU leaves its old row behind: the newest one holds the index.
-        if index not in slot or first_seen >= slot[index][0]:
-            slot[index] = (first_seen, uuid)
-    clocks: dict[str, float] = {}
-    nodes = []
-    agents: dict[tuple[str, str], str | None] = {}
-    for node_id, node_cluster, name, last_seen, agent in node_rows:
-        clocks[node_cluster] = max(clocks.get(node_cluster, last_seen), last_seen)
-        nodes.append(KnownNode(node_cluster, name, tuple((i, u) for i, (_, u) in sorted(gpus.get(node_id, {}).items()))))
-        agents[(node_cluster, name)] = agent
+def load_hints(conn: Connection, cfg: HintSettings, *, cluster: str | None = None, generated_at: float | None = None,
+               inventory: Inventory | None = None) -> dict[str, Any]:
+    """Compute the hints document from what is stored: nodes and their GPUs (the inventory, read
+    here unless given), each cluster's newest sample time (its "now"), the episodes open or
+    recently resolved, and for the hardware faults that wait for a remedy the facts that may
+    show it and the acks."""
+    inventory = read_inventory(conn, cluster) if inventory is None else inventory
+    where, params = ("", ()) if cluster is None else (" WHERE cluster = ?", (cluster,))
+    clocks = dict(driver_rows(conn, qmark(conn, f"SELECT cluster, max(last_seen) FROM nodes{where} GROUP BY cluster"), params))
     horizon = min(clocks.values(), default=0.0) - cfg.cooldown_s - cfg.history_s
     eps = episodes.episodes_between(conn, since=horizon, until=_FAR_FUTURE, cluster=cluster)
     eps += _held_before(conn, cfg, horizon, cluster)
     acks = [as_ack(r) for r in ack_store.list_acks(conn, cluster=cluster)] if cfg.hold_until_remedy else []
-    slots = {(n.cluster, n.name, i): u for n in nodes for i, u in n.gpus}
-    facts = _remedy_facts(conn, eps, acks, slots, agents, cfg) if cfg.hold_until_remedy else {}
-    return compute_hints(eps, nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at,
-                         facts=facts, acks=acks)
+    facts = _remedy_facts(conn, eps, acks, inventory.nodes, cfg) if cfg.hold_until_remedy else {}
+    return compute_hints(eps, inventory.nodes, clocks, cfg, generated_at=time.time() if generated_at is None else generated_at,
+                         facts=facts, acks=acks, ok_entries=inventory.ok_entries)
 
 
-def _plain_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
-    """The driver's own tuples for `sql` (qmark parameters on either database)."""
-    if conn.dialect.name == "postgresql":
-        sql = sql.replace("?", "%s")
-    return driver_rows(conn, sql, params)
+def _agent_text(conn: Connection, cluster: str, node: str) -> str | None:
+    """The node's stored agent object as JSON text (None if it has none)."""
+    rows = driver_rows(conn, qmark(conn, "SELECT CAST(agent AS TEXT) FROM nodes WHERE cluster = ? AND name = ?"), (cluster, node))
+    return rows[0][0] if rows else None
 
 
 def _boot_time(agent_text: str | None) -> float | None:
@@ -83,11 +68,13 @@ def _held_before(conn: Connection, cfg: HintSettings, horizon: float, cluster: s
     return [e for e in old if remedy_for(e, cfg.remedy_table()) is not None]
 
 
-def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], slots: dict[tuple[str, str, int], str | None],
-                  agents: dict[tuple[str, str], str | None], cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
+def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], nodes: list[KnownNode],
+                  cfg: HintSettings) -> dict[tuple[str, str, int], GpuFacts]:
     """GpuFacts of the GPUs with a resolved fault that waits for a remedy nobody acknowledged;
     for those whose node booted since, one newest-sample lookup each (the (gpu_id, ts) key)."""
     facts: dict[tuple[str, str, int], GpuFacts] = {}
+    agents: dict[tuple[str, str], str | None] = {}  # read for the few nodes that need it
+    slots: dict[tuple[str, str, int], str | None] | None = None  # (cluster, node, index) → uuid, made if needed
     remedies = cfg.remedy_table()
     for ep in eps:
         key = (ep["cluster"], ep["node"], ep.get("gpu"))
@@ -95,10 +82,14 @@ def _remedy_facts(conn: Connection, eps: list[dict[str, Any]], acks: list[Ack], 
             continue
         if covering_ack(ep, acks) is not None:
             continue
-        boot_time = _boot_time(agents.get(key[:2]))  # type: ignore[index]
+        if key[:2] not in agents:
+            agents[key[:2]] = _agent_text(conn, *key[:2])  # type: ignore[arg-type]
+        boot_time = _boot_time(agents[key[:2]])
         # Samples matter only once the node booted after the fault: until then no lookup.
         rebooted = boot_time is not None and boot_time > float(ep["onset"])
         last = _newest_sample(conn, ep["cluster"], ep["node"], ep.get("uuid")) if rebooted else None
+        if slots is None:
+            slots = {(n.cluster, n.name, i): u for n in nodes for i, u in n.gpus}
         facts[key] = GpuFacts(uuid=slots.get(key), boot_time=boot_time, last_ts=last[0] if last else None,
                               last_lost=last[1] if last else None, last_remap_pending=last[2] if last else None)
     return facts
@@ -149,6 +140,7 @@ class HintsCache:
         self._entries: dict[str | None, Snapshot] = {}
         self._locks: dict[str | None, threading.Lock] = {}
         self._guard = threading.Lock()
+        self.inventories = InventoryCache(clock=clock)
         self.computations = 0
 
     def peek(self, cluster: str | None = None) -> Snapshot | None:
@@ -219,7 +211,7 @@ class HintsCache:
 
     def _refresh(self, cluster: str | None) -> Snapshot:
         with self.engine.connect() as conn:
-            doc = load_hints(conn, self.cfg, cluster=cluster)
+            doc = load_hints(conn, self.cfg, cluster=cluster, inventory=self.inventories.get(conn, cluster))
         snapshot = Snapshot(doc, self.clock())
         self._entries[cluster] = snapshot
         self.computations += 1
