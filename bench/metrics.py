@@ -111,13 +111,13 @@ def _bulk(conn, table: str, cols: list[str], rows: list[tuple]) -> None:
     conn.exec_driver_sql(sql, rows)
 
 
-def run(url: str, *, gpus: int, samples: int, rounds: int, query: str = "") -> dict:
+def run(url: str, *, gpus: int, samples: int, rounds: int, query: str = "", gzip: bool = True) -> dict:
     """`query`: a slice of the fleet (docs/observability.md), e.g. "shard=0&shards=8"; "" the whole."""
     now = time.time()
     t = time.perf_counter()
     shape = populate(url, gpus=gpus, samples=samples, now=now)
     print(f"populated {shape} with {samples} samples each in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
-    scrape, size, series, rss = _scrape_server_process(url, rounds, f"?{query}" if query else "")
+    scrape, size, wire, series, rss = _scrape_server_process(url, rounds, f"?{query}" if query else "", gzip=gzip)
     selection = parse_selection(parse_qsl(query, keep_blank_values=True))
     # The parts, in this process, on the same database.
     settings = Settings(database_url=url, retention_interval_s=86400, insecure=True)
@@ -150,7 +150,7 @@ def run(url: str, *, gpus: int, samples: int, rounds: int, query: str = "") -> d
     finally:
         server.stop()
     return {
-        **shape, "samples_per_series": samples, "series": series, "bytes": size, "server_peak_rss_bytes": rss,
+        **shape, "samples_per_series": samples, "series": series, "bytes": size, "wire_bytes": wire, "gzip": gzip, "server_peak_rss_bytes": rss,
         "scrape_s": {"median": statistics.median(scrape), "max": max(scrape)},
         "read_and_build_s": statistics.median(read), "render_s": statistics.median(write), "render_cold_s": statistics.median(cold),
         "cpu_s": statistics.median(cpu), "prometheus_client_generate_latest_s": reference[0] if reference else None, "query": query,
@@ -196,19 +196,23 @@ def collector_process(url: str, *, env: dict[str, str] | None = None) -> Iterato
         proc.wait(30)
 
 
-def _scrape_server_process(url: str, rounds: int, query: str = "") -> tuple[list[float], int, int, int]:
-    """Whole scrapes of `laggard server` over HTTP: times, bytes and series of the last one, and
-    the server's peak RSS."""
+def _scrape_server_process(url: str, rounds: int, query: str = "", *, gzip: bool = True) -> tuple[list[float], int, int, int, int]:
+    """Whole scrapes of `laggard server` over HTTP, gzipped as Prometheus asks for them (or not):
+    times, bytes, bytes on the wire and series of the last one, and the server's peak RSS."""
     # /metrics open, as a site that scrapes without a token would run it.
-    with collector_process(url, env={"LAGGARD_METRICS_PUBLIC": "true"}) as (base, proc), httpx.Client(timeout=120) as client:
+    headers = {"Accept-Encoding": "gzip" if gzip else "identity"}
+    with (collector_process(url, env={"LAGGARD_METRICS_PUBLIC": "true"}) as (base, proc),
+          httpx.Client(timeout=120, headers=headers) as client):
         client.get(f"{base}/metrics{query}")  # the first scrape fills the renderer's cache
-        times, body = [], b""
+        times, body, wire = [], b"", 0
         for _ in range(rounds):
             t = time.perf_counter()
-            body = client.get(f"{base}/metrics{query}").content
+            response = client.get(f"{base}/metrics{query}")
+            body = response.content  # gunzipped by httpx, timed with the scrape as Prometheus does it
             times.append(time.perf_counter() - t)
+            wire = response.num_bytes_downloaded
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-        return times, len(body), series, _peak_rss_bytes(proc.pid)
+        return times, len(body), wire, series, _peak_rss_bytes(proc.pid)
 
 
 def main() -> int:
@@ -218,17 +222,19 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--database-url", default=None, help="PostgreSQL admin URL (a fresh database is made); default SQLite in a temp dir")
     p.add_argument("--query", default="", help='scrape a slice: "shard=0&shards=8", "cluster=c1" (docs/observability.md)')
+    p.add_argument("--no-gzip", action="store_true", help="scrape uncompressed (Accept-Encoding: identity)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         from bench.ingest import fresh_database
 
         url = fresh_database(args.database_url, tmp, "metrics")
-        result = run(url, gpus=args.gpus, samples=args.samples, rounds=args.rounds, query=args.query)
+        result = run(url, gpus=args.gpus, samples=args.samples, rounds=args.rounds, query=args.query, gzip=not args.no_gzip)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['gpus']:,} GPUs, {result['ports']:,} ports, {result['series']:,} series, {result['bytes'] / 1e6:.1f} MB: "
+        print(f"{result['gpus']:,} GPUs, {result['ports']:,} ports, {result['series']:,} series, {result['bytes'] / 1e6:.1f} MB "
+              f"({result['wire_bytes'] / 1e6:.1f} MB on the wire): "
               f"scrape over HTTP median {result['scrape_s']['median']:.3f} s (max {result['scrape_s']['max']:.3f} s), "
               f"server peak RSS {result['server_peak_rss_bytes'] / 2**20:.0f} MiB; "
               f"in-process: database + families {result['read_and_build_s']:.3f} s, text {result['render_s']:.3f} s "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from agent.exposition import CONTENT_TYPE
+from server.api.compression import maybe_gzipped
 from server.errors import ApiError
 from server.metrics.runtime import renderer_for
 from server.metrics.selection import Selection, SelectionError, parse_selection
@@ -43,7 +44,7 @@ def metrics(request: Request, services: ServicesDep) -> Response:
         from prometheus_client import generate_latest
 
         body += generate_latest(runtime.instruments.process_registry).decode()
-    return Response(body, media_type=CONTENT_TYPE)
+    return maybe_gzipped(request, body.encode(), CONTENT_TYPE)
 
 
 def _selection(request: Request) -> Selection:
