@@ -64,7 +64,9 @@ class FleetRows:
 
     def __init__(self, nodes: int, nics: int, rng: random.Random):
         self.nodes, self.nics = nodes, nics
-        self.gpus = [[[gpu_record(rng, n, i, 0) for _ in range(self.VARIANTS)] for i in range(8)] for n in range(nodes)]
+        # Scalars only, as stored (_as_read): the records' lists would make the input itself
+        # hundreds of thousands of objects for the cyclic GC to walk, which the service has not.
+        self.gpus = [[[_scalars(gpu_record(rng, n, i, 0)) for _ in range(self.VARIANTS)] for i in range(8)] for n in range(nodes)]
         self.ports = [[nic_record(rng, d, 1) for d in range(nics)] for _ in range(min(nodes, 64))]
 
     def instant(self, step: int, ts: float) -> list[NodeInstant]:
@@ -91,11 +93,18 @@ class FleetRows:
         return items
 
 
+def _scalars(record: dict) -> dict:
+    return {k: v for k, v in record.items() if type(v) is not list}
+
+
 def _as_read(record: dict) -> dict:
-    """The record with a float object of its own for every float, as a database driver returns
-    each row: windows then hold what a detector reading rows back holds (sharing the variants'
-    floats made the windows look a third smaller than the service's)."""
-    return {k: v + 0.0 if type(v) is float else v for k, v in record.items()}
+    """The record as a database driver returns its row: a float object of its own for every
+    float, so that windows hold what a detector reading rows back holds (sharing the variants'
+    floats made the windows look a third smaller than the service's), and scalars only (a
+    GPU's XIDs are read from their own table: a list in every row made each row, which the
+    detector keeps as its previous one, an object for the cyclic GC to walk, as no row the
+    service reads is)."""
+    return {k: v + 0.0 if type(v) is float else v for k, v in record.items() if type(v) is not list}
 
 
 def current_rss() -> int:

@@ -27,6 +27,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from server.detect import rules
 from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
@@ -55,7 +57,7 @@ WINDOW_ITEMS = 120  # observations a window holds at most (at 1 s sampling keep_
 AGE_SLACK_S = 30.0
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeInstant:
     """One node's sample at one instant, as stored."""
 
@@ -80,22 +82,22 @@ class EpisodeChange:
     change: Change
 
 
-@dataclass
-class _Gpu:
-    window: Window = field(default_factory=Window)
+# gc=False, as Window: what the engine keeps per GPU and port never leads back to itself, and
+# the cyclic GC need not walk one object per GPU and port at each full collection.
+class _Gpu(msgspec.Struct, gc=False, eq=False):
+    window: Window = msgspec.field(default_factory=Window)
     prev_row: dict[str, Any] | None = None
     node: tuple[str, str] | None = None  # (cluster, node) it was last seen in
     absent: int = 0  # consecutive samples of its node that it was missing from
     absent_since: float | None = None
-    recent: Recent = field(default_factory=Recent)
+    recent: Recent = msgspec.field(default_factory=Recent)
     entity: str | None = None  # gpu_entity(uuid), made once
 
 
-@dataclass
-class _Nic:
-    window: Window = field(default_factory=Window)
+class _Nic(msgspec.Struct, gc=False, eq=False):
+    window: Window = msgspec.field(default_factory=Window)
     prev_row: dict[str, Any] | None = None
-    recent: Recent = field(default_factory=Recent)
+    recent: Recent = msgspec.field(default_factory=Recent)
 
 
 @dataclass

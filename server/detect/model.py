@@ -219,20 +219,28 @@ def nic_past(obs) -> NicPast:
 ts_of = attrgetter("ts")  # for bisecting a window's items by sample time
 
 
-class Window:
+_WINDOWS_MADE = itertools.count()
+
+
+def _stagger() -> float:
+    return next(_WINDOWS_MADE) % 8 / 8
+
+
+# gc=False (as for observations): a window leads to nothing that leads back to it, so it can
+# never be part of a cycle, and the cyclic GC's full collections, which stop every thread of the
+# process, need not walk one window per GPU and per port (its two deques they still walk: a
+# tuple instead would be untracked only after a collection had looked at it, and a new one per
+# sample cost the young collections more than it saved). eq=False: a window is itself.
+class Window(msgspec.Struct, gc=False, eq=False):
     """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
     detector keeps those within its keep_s of sample time of the newest, 120 at most: the
     newest as whole observations (`recent`: the rules look back rate_window_s), the older ones
     as their past record (`past`: GpuPast, NicPast). `items` is both, in order."""
 
-    __slots__ = ("recent", "past", "_typical", "stagger")
-    _made = itertools.count()
-
-    def __init__(self, items=()):
-        self.recent: deque = deque(items)
-        self.past: deque = deque()
-        self._typical = None  # rules/_common.py: the typical interval, per content
-        self.stagger = next(Window._made) % 8 / 8  # when, within the engine's slack, this window ages
+    recent: deque = msgspec.field(default_factory=deque)
+    past: deque = msgspec.field(default_factory=deque)
+    _typical: Any = None  # rules/_common.py: the typical interval, per content
+    stagger: float = msgspec.field(default_factory=_stagger)  # when, within the engine's slack, this window ages
 
     @property
     def items(self) -> list:

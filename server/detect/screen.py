@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from server.detect.model import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuObs, NicObs, NicPeerStats, PeerStats
 from server.detect.rules.network import ACTIVE_STATES, RATE_TOLERANCE
 from server.detect.settings import DetectionSettings
@@ -26,8 +28,7 @@ _LOOSE = 1e-9
 _HARDWARE_BITS = HW_THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN | SW_THERMAL
 
 
-@dataclass(slots=True)
-class Recent:
+class Recent(msgspec.Struct, gc=False, eq=False):
     """The last instant an entity showed something a windowed rule sums or averages."""
 
     errors: float = NEVER  # a positive error-counter rate (NVLink, PCIe replays, IB symbol/receive)

@@ -80,7 +80,7 @@ def h100_peers(**kw: Any) -> PeerStats:
 
 
 def window(*items: Any) -> Window:
-    return Window(items=deque(items, maxlen=120))
+    return Window(recent=deque(items, maxlen=120))
 
 
 def series(n: int = 7, *, make: Callable[..., Any] = gpu, step: float = STEP, counts: dict[str, Sequence[float]] | None = None,

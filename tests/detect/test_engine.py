@@ -4,6 +4,7 @@ missing GPUs."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -347,3 +348,23 @@ def test_a_window_capped_at_fast_sampling_keeps_no_hole(interval):
         assert ts == [1000 + k * interval for k in range(600 - len(ts), 600)]
         # At most WINDOW_ITEMS after each aging; until the next, up to WINDOW_ITEMS whole ones more.
         assert len(ts) <= 2 * WINDOW_ITEMS + 1
+
+
+def test_what_the_engine_keeps_per_gpu_and_port_is_not_walked_by_the_cyclic_gc():
+    """A full collection of the cyclic GC stops every thread of the collector: at 100,000 GPUs it
+    walked the detector's state for up to 0.9 s (bench/scale.py). The state kept per GPU and port
+    (its window, its last readings, its recent marks) is untracked; only a window's two deques
+    are left for a collection to walk."""
+    det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
+    items = fleet([1000 + k * 5.0 for k in range(30)], nodes=2, gpus=4)
+    for item in items:
+        item.nic_rows = [{"ts": item.ts, "device": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
+                          "tx_bytes_total": int(item.ts * 1e9), "rx_bytes_total": int(item.ts * 1e9)}]
+        det.add(item)
+        det.advance()
+    states = [*det.gpus.values(), *det.nics.values()]
+    assert len(states) == 10
+    for state in states:
+        kept = (state, state.window, state.recent, state.prev_row)
+        assert not any(gc.is_tracked(o) for o in kept), [type(o).__name__ for o in kept if gc.is_tracked(o)]
+        assert state.window.items  # they hold what they held before
