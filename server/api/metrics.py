@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from agent.exposition import CONTENT_TYPE
-from server.api.compression import maybe_gzipped
+from server.compression import maybe_gzipped
 from server.errors import ApiError
 from server.metrics.runtime import renderer_for
 from server.metrics.selection import Selection, SelectionError, parse_selection

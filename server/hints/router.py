@@ -6,9 +6,10 @@ import asyncio
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from server.compression import MIN_BYTES, accepts_gzip, gzip_bytes
 from server.errors import ApiError
 from server.hints.render import slurm_lines
 from server.hints.service import HintsCache, Snapshot
@@ -45,6 +46,7 @@ async def snapshot(cache: HintsCache, cluster: str | None) -> Snapshot:
 @router.get("", summary="Per node and GPU: ok / rebalance / avoid / drain, and capacity 0-1 (docs/rebalancing.md)",
             response_class=Response, responses={200: {"content": {"application/json": {}}}, 503: {}})
 async def hints(
+    request: Request,
     cache: HintsCacheDep,
     cluster: str | None = None,
     node: str | None = None,
@@ -53,9 +55,18 @@ async def hints(
     snap = await snapshot(cache, cluster)
     if node is not None:
         return Response(_encode(snap.doc, node, problems_only), media_type="application/json")
-    # The whole document of 100,000 GPUs takes longer to encode than to send: once per snapshot.
-    body = snap.memo(("json", problems_only), lambda: _encode(snap.doc, None, problems_only))
-    return Response(body, media_type="application/json")
+    # The whole document of 100,000 GPUs takes longer to encode than to send: once per snapshot,
+    # and gzipped (7.8 MB of JSON) once per snapshot for the clients that ask, off the event loop.
+    body = snap.memo(("json", problems_only), _JSON[problems_only])
+    if len(body) < MIN_BYTES or not accepts_gzip(request.headers.get("accept-encoding")):
+        return Response(body, media_type="application/json", headers={"Vary": "Accept-Encoding"})
+    zipped = await asyncio.to_thread(snap.memo, ("json.gz", problems_only), _GZIPPED[problems_only])
+    return Response(zipped, media_type="application/json", headers={"Vary": "Accept-Encoding", "Content-Encoding": "gzip"})
+
+
+# What a snapshot's whole document is sent as (Snapshot.memo), by problems_only.
+_JSON = {p: (lambda snap, p=p: _encode(snap.doc, None, p)) for p in (False, True)}
+_GZIPPED = {p: (lambda snap, p=p: gzip_bytes(snap.memo(("json", p), _JSON[p]))) for p in (False, True)}
 
 
 def _encode(doc: dict, node: str | None, problems_only: bool) -> bytes:

@@ -111,12 +111,15 @@ class Snapshot:
     at: float  # monotonic time it was computed
     _by_name: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    _makers: dict[Any, Callable[["Snapshot"], Any]] = field(default_factory=dict, repr=False)
 
-    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
-        """make(), once per snapshot and key: what a request derives from the document (its JSON)
-        is the same until the next snapshot."""
+    def memo(self, key: Any, make: Callable[["Snapshot"], Any]) -> Any:
+        """make(self), once per snapshot and key: what a request derives from the document (its
+        JSON, gzipped) is the same until the next snapshot. A refresh ahead of the TTL makes
+        the keys asked of this snapshot for the next one too (HintsCache._refresh)."""
         if key not in self._memo:
-            self._memo[key] = make()
+            self._memo[key] = make(self)
+            self._makers[key] = make
         return self._memo[key]
 
     def by_name(self) -> dict[str, dict[str, Any]]:
@@ -197,7 +200,7 @@ class HintsCache:
 
         def refresh() -> None:
             try:
-                self._refresh(cluster)
+                self._refresh(cluster, derive_like=self._entries.get(cluster))
             except Exception:  # the next request past the TTL computes (or falls back) itself
                 log.warning("hints refresh ahead of the TTL failed", exc_info=True)
             finally:
@@ -209,10 +212,15 @@ class HintsCache:
         with self._guard:
             return self._locks.setdefault(cluster, threading.Lock())
 
-    def _refresh(self, cluster: str | None) -> Snapshot:
+    def _refresh(self, cluster: str | None, *, derive_like: Snapshot | None = None) -> Snapshot:
+        """A new snapshot, published once made. derive_like: what requests derived from that
+        snapshot (the whole document's JSON and its gzip: 7.8 MB and 0.6 MB at 100,000 GPUs) is
+        made for the new one before it is served, so no request waits to make it."""
         with self.engine.connect() as conn:
             doc = load_hints(conn, self.cfg, cluster=cluster, inventory=self.inventories.get(conn, cluster))
         snapshot = Snapshot(doc, self.clock())
+        for key, make in list(derive_like._makers.items()) if derive_like is not None else ():
+            snapshot.memo(key, make)
         self._entries[cluster] = snapshot
         self.computations += 1
         return snapshot

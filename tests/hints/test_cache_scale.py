@@ -102,3 +102,29 @@ def test_answers_follow_episode_changes_through_the_cache(database_url):
                                          and node_of(d, "b")["action"] == "ok")
         assert problems["nodes"] == [] and node_of(doc, "b")["action"] == "ok"
         assert filtered["FailedAndUnresolvableNodes"] == {}
+
+
+def test_a_refresh_ahead_makes_what_requests_derived_from_the_last_snapshot(sqlite_url):
+    """The whole document's JSON and its gzip (7.8 MB and 0.6 MB at 100,000 GPUs) are made on the
+    refresh thread for the next snapshot, before it is served, not by the request that meets it."""
+    with collector(settings_for(sqlite_url)) as (server, engine):
+        push_fleet(server.url, ["a", "b"], 0, 1)
+        clock = Clock()
+        cache = HintsCache(engine, HintSettings(cache_ttl_s=2.0, max_stale_s=30.0, refresh_ahead_s=1.0), clock=clock)
+        first = cache.get(None)
+        made = []
+
+        def names(snap):
+            made.append(snap)
+            return [n["node"] for n in snap.doc["nodes"]]
+
+        assert first.memo("names", names) == ["a", "b"]
+        open_episode(engine, node="a", gpu=0, cause="xid", severity="critical", onset=T0)
+        clock.now += 1.5  # in the last refresh_ahead_s of the TTL: refreshed on a thread
+        cache.peek(None)
+        deadline = time.monotonic() + 10
+        while cache.computations < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = cache.peek(None)
+        assert second is not first and made == [first, second]  # made for the new one before any request
+        assert second.memo("names", names) == ["a", "b"] and made == [first, second]

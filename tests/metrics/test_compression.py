@@ -8,7 +8,7 @@ import gzip
 import httpx
 import pytest
 
-from server.api.compression import accepts_gzip
+from server.compression import accepts_gzip
 from tests.metrics.test_slices import MOVING, two_cluster_server  # noqa: F401 (fixture)
 from tests.metrics.tools import samples
 
