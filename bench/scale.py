@@ -61,12 +61,17 @@ class FleetRows:
     generating the input slower than judging it)."""
 
     VARIANTS = 7
+    TEMPLATE_NODES = 64
 
     def __init__(self, nodes: int, nics: int, rng: random.Random):
         self.nodes, self.nics = nodes, nics
         # Scalars only, as stored (_as_read): the records' lists would make the input itself
         # hundreds of thousands of objects for the cyclic GC to walk, which the service has not.
-        self.gpus = [[[_scalars(gpu_record(rng, n, i, 0)) for _ in range(self.VARIANTS)] for i in range(8)] for n in range(nodes)]
+        # Drawn for TEMPLATE_NODES nodes and shared by the others under their own GPU names: the
+        # variants of every node were 1 GB of the process at 100,000 GPUs, which no service holds.
+        self.gpus = [[[_scalars(gpu_record(rng, n, i, 0)) for _ in range(self.VARIANTS)] for i in range(8)]
+                     for n in range(min(nodes, self.TEMPLATE_NODES))]
+        self.uuids = [[f"GPU-{n:05d}-{i:02d}-bench" for i in range(8)] for n in range(nodes)]
         self.ports = [[nic_record(rng, d, 1) for d in range(nics)] for _ in range(min(nodes, 64))]
 
     def instant(self, step: int, ts: float) -> list[NodeInstant]:
@@ -76,8 +81,10 @@ class FleetRows:
             name = f"node-{n:05d}"
             common = {"ts": ts, "cluster": CLUSTER, "node": name}
             gpu_rows = []
+            templates, uuids = self.gpus[n % len(self.gpus)], self.uuids[n]
             for i in range(8):
-                row = _as_read(self.gpus[n][i][(step + n + i) % self.VARIANTS]) | common
+                row = _as_read(templates[i][(step + n + i) % self.VARIANTS]) | common
+                row["uuid"] = _fresh(uuids[i])
                 row["lost"] = False
                 row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nvlink
                 if (n * 8 + i) % HOT_EVERY == 0 and step >= 2:
@@ -99,12 +106,17 @@ def _scalars(record: dict) -> dict:
 
 def _as_read(record: dict) -> dict:
     """The record as a database driver returns its row: a float object of its own for every
-    float, so that windows hold what a detector reading rows back holds (sharing the variants'
-    floats made the windows look a third smaller than the service's), and scalars only (a
+    float and every string, so that windows hold what a detector reading rows back holds
+    (sharing the variants' floats made the windows look a third smaller than the service's), and scalars only (a
     GPU's XIDs are read from their own table: a list in every row made each row, which the
     detector keeps as its previous one, an object for the cyclic GC to walk, as no row the
     service reads is)."""
-    return {k: v + 0.0 if type(v) is float else v for k, v in record.items() if type(v) is not list}
+    return {k: v + 0.0 if type(v) is float else _fresh(v) if type(v) is str else v for k, v in record.items() if type(v) is not list}
+
+
+def _fresh(text: str) -> str:
+    """An equal string of its own, as a driver returns for every text column of every row."""
+    return text.encode().decode()
 
 
 def current_rss() -> int:

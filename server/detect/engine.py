@@ -34,7 +34,7 @@ from server.detect.across_window import NodeMembers, judge_window
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
-from server.detect.observe import gpu_obs, nic_obs
+from server.detect.observe import GpuPrev, NicPrev, canonical, gpu_obs, nic_obs
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
 from server.detect.persistence import Change, Condition
 from server.detect.screen import Recent, gpu_bounds, gpu_may_find, nic_bounds, nic_may_find
@@ -86,7 +86,8 @@ class EpisodeChange:
 # the cyclic GC need not walk one object per GPU and port at each full collection.
 class _Gpu(msgspec.Struct, gc=False, eq=False):
     window: Window = msgspec.field(default_factory=Window)
-    prev_row: dict[str, Any] | None = None
+    prev: GpuPrev | None = None  # what the next sample's rates need of the last (observe.py)
+    uuid: str | None = None  # as first seen: the one copy its observations share
     node: tuple[str, str] | None = None  # (cluster, node) it was last seen in
     absent: int = 0  # consecutive samples of its node that it was missing from
     absent_since: float | None = None
@@ -96,7 +97,7 @@ class _Gpu(msgspec.Struct, gc=False, eq=False):
 
 class _Nic(msgspec.Struct, gc=False, eq=False):
     window: Window = msgspec.field(default_factory=Window)
-    prev_row: dict[str, Any] | None = None
+    prev: NicPrev | None = None
     recent: Recent = msgspec.field(default_factory=Recent)
 
 
@@ -107,7 +108,7 @@ class _Node:
     pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     nics: set[str] = field(default_factory=set)
-    # (device, port) → (its NIC group, its entity, its namesake name)
+    # (device, port) → (its NIC group, its entity, its namesake name, its device name as kept)
     ports: dict[tuple[str, int], tuple[str, str, str]] = field(default_factory=dict)
 
 
@@ -308,22 +309,25 @@ class Detector:
         return changes
 
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
-        groups: dict[tuple, str] = {}  # by model and workload: one node's GPUs share the rest of their group
+        groups: dict[tuple, tuple[str, str]] = {}  # by model and workload: one node's GPUs share the rest of their group
         out, age_s, stagger_s, cluster, node_name = [], self.age_s, self.stagger_s, item.cluster, item.node
         where = (cluster, node_name)
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
-            group = groups.get((model, workload))
-            if group is None:
-                group = groups[(model, workload)] = peer_group(cluster=item.cluster, model=model, labels=item.labels, workload=workload)
+            known = groups.get((model, workload))  # the group, and the model as the detector keeps it
+            if known is None:
+                group = canonical(peer_group(cluster=item.cluster, model=model, labels=item.labels, workload=workload))
+                known = groups[(model, workload)] = (group, canonical(model))
+            group, model = known
             state = self.gpus[uuid]
-            prev = state.prev_row
+            if state.uuid is None:
+                state.uuid = uuid
             xids = ()
             if item.xids:
-                since = prev["ts"] if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
+                prev = state.prev
+                since = prev.ts if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
                 xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
-            obs = gpu_obs(row, prev, cluster, node_name, group, xids)
-            state.prev_row = row
+            obs = gpu_obs(row, state, cluster, node_name, group, state.uuid, model, xids)
             state.node = where
             state.absent = 0
             window = state.window  # newest last, older kept as past, older than keep_s let go (inline: every GPU, every instant)
@@ -349,8 +353,8 @@ class Detector:
             if known is None or known[0] != group:
                 key = nic_entity(item.cluster, item.node, device, port)
                 node.nics.add(key)
-                known = ports[(device, port)] = (group, key, f"{group}|{device}|{port}")
-            _, key, namesake = known
+                known = ports[(device, port)] = (group, key, f"{group}|{device}|{port}", canonical(device))
+            _, key, namesake, device = known
             state = self.nics[key]
             expected = self.namesakes.observe(namesake, where, rate)
             # A port's peers inside its node are the ports of the same role: the same link rate as
@@ -362,9 +366,8 @@ class Detector:
                 if len(roles) >= ROLE_GROUPS_KEPT:  # groups come and go with jobs
                     roles.clear()
                 role_group = roles[(group, role)] = f"{group}|{role:g}"
-            obs = nic_obs(row, state.prev_row, item.cluster, item.node, role_group, node_busy)
+            obs = nic_obs(row, state, item.cluster, item.node, role_group, device, node_busy)
             obs.expected_rate_gbps = expected
-            state.prev_row = row
             window = state.window  # as in _observe_gpus
             recent = window.recent
             recent.append(obs)

@@ -4,7 +4,6 @@ statistics of their peers at that instant, and what a rule reports."""
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
@@ -228,24 +227,27 @@ def _stagger() -> float:
 
 # gc=False (as for observations): a window leads to nothing that leads back to it, so it can
 # never be part of a cycle, and the cyclic GC's full collections, which stop every thread of the
-# process, need not walk one window per GPU and per port (its two deques they still walk: a
+# process, need not walk one window per GPU and per port (its two lists they still walk: a
 # tuple instead would be untracked only after a collection had looked at it, and a new one per
-# sample cost the young collections more than it saved). eq=False: a window is itself.
+# sample cost the young collections more than it saved). Lists, not deques: a deque takes a
+# block of 64 slots (760 bytes) even when it holds three items, two per GPU and per port;
+# what leaves a list leaves from its front a few at a time, every few instants, moving some
+# twenty pointers. eq=False: a window is itself.
 class Window(msgspec.Struct, gc=False, eq=False):
     """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
     detector keeps those within its keep_s of sample time of the newest, 120 at most: the
     newest as whole observations (`recent`: the rules look back rate_window_s), the older ones
     as their past record (`past`: GpuPast, NicPast). `items` is both, in order."""
 
-    recent: deque = msgspec.field(default_factory=deque)
-    past: deque = msgspec.field(default_factory=deque)
+    recent: list = msgspec.field(default_factory=list)
+    past: list = msgspec.field(default_factory=list)
     _typical: Any = None  # rules/_common.py: the typical interval, per content
     stagger: float = msgspec.field(default_factory=_stagger)  # when, within the engine's slack, this window ages
 
     @property
     def items(self) -> list:
         """Both, oldest first, as one list (made in C; read, not kept: a new list each time)."""
-        return [*self.past, *self.recent] if self.past else list(self.recent)
+        return self.past + self.recent if self.past else self.recent[:]
 
     @property
     def latest(self):
@@ -257,16 +259,24 @@ class Window(msgspec.Struct, gc=False, eq=False):
         in all (past records first: the rest stay one run of samples, without a hole)."""
         recent, older = self.recent, self.past
         horizon = now - full_s
-        if recent[0].ts < horizon:
-            moved = []
-            while recent[0].ts < horizon:
-                moved.append(recent.popleft())
-            older.extend(map(past, moved))
+        moved = 0
+        while moved < len(recent) - 1 and recent[moved].ts < horizon:
+            moved += 1
+        if moved:
+            older.extend(map(past, recent[:moved]))
+            del recent[:moved]
         horizon = now - keep_s
-        while older and older[0].ts < horizon:
-            older.popleft()
-        while len(older) + len(recent) > most:
-            (older or recent).popleft()
+        gone = 0
+        while gone < len(older) and older[gone].ts < horizon:
+            gone += 1
+        excess = len(older) + len(recent) - most - gone
+        if excess > 0:  # the oldest beyond `most`: past records first, then whole ones
+            gone = min(len(older), gone + excess)
+            excess = len(older) + len(recent) - most - gone
+        if gone:
+            del older[:gone]
+        if excess > 0:
+            del recent[:excess]
 
     def since(self, seconds: float) -> list:
         """Observations within `seconds` before the latest (inclusive)."""

@@ -12,17 +12,39 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from agent import fields
 from server.detect.model import GpuObs, NicObs, copied_readings, derived_names
 
+NAMES_KEPT = 4096  # distinct names kept once (a port's state, a GPU model, a peer group)
+_NAMES: dict[str, str] = {}
+
+
+def canonical(text: str | None) -> str | None:
+    """The one copy of this text the detector keeps: a database driver makes a new string for
+    every row, and windows hold about twenty observations of every GPU and port, each with its
+    names (a port's state, its device; a GPU's UUID, model and peer group: ~70 bytes each)."""
+    kept = _NAMES.get(text)
+    if kept is None and text is not None:
+        if len(_NAMES) >= NAMES_KEPT:  # names come and go with jobs; dropping them only costs copies
+            _NAMES.clear()
+        kept = _NAMES[text] = text
+    return kept
+
 
 class Recipe:
-    """How one table's rows become an observation: `make(row, prev, *extra)` calls
+    """How one table's rows become an observation: `make(row, state, *extra)` calls
     `kind(*head, *copied readings, *middle, *rates and increases, *tail)`, where head, middle and
-    tail are Python expressions over `row` and the extra arguments. A counter that decreased was
-    reset (a driver reload, a reboot): no rate or increase across it; without a previous sample
-    or with no time between the two, no rate. Rows normally carry every column (the detection
-    source reads them all); one that lacks some is read with .get, on a slower path."""
+    tail are Python expressions over `row` and the extra arguments, with the rates and increases
+    against `state.prev`, and leaves in `state.prev` what the next row needs of this one (`prev`:
+    its time and counters, not the row: a whole row per GPU and port was a tenth of the
+    detector's memory). A counter that decreased was reset (a driver reload, a reboot): no rate
+    or increase across it; without a previous sample or with no time between the two, no rate.
+    A rate of a counter that did not move is the one 0.0 of the code (error counters mostly do
+    not: a float object of their own in every observation was another tenth). Rows normally
+    carry every column (the detection source reads them all); one that lacks some is read with
+    .get, on a slower path."""
 
     def __init__(self, name: str, kind: type, readings: tuple[fields.Reading, ...], *, extra: str,
                  head: str, middle: str = "", tail: str = ""):
@@ -30,22 +52,31 @@ class Recipe:
         counters = [r for r in readings if r.rate or r.delta]
         rates, deltas = derived_names(readings)
         d = {r.name: f"d{i}" for i, r in enumerate(counters)}
+        b = {r.name: f"b{i}" for i, r in enumerate(counters)}
         rate_exprs = []
         for rate in rates:
             parts = [d[r.name] for r in counters if r.rate == rate]
-            rate_exprs.append(f"None if dt <= 0 or {' or '.join(f'{p} is None' for p in parts)} else ({' + '.join(parts)}) / dt")
+            moved = " or ".join(parts)
+            rate_exprs.append(f"None if dt <= 0 or {' or '.join(f'{p} is None' for p in parts)} "
+                              f"else (({' + '.join(parts)}) / dt if {moved} else 0.0)")
         delta_exprs = [next(d[r.name] for r in counters if r.delta == delta) for delta in deltas]
+        self.prev = msgspec.defstruct(f"{kind.__name__}Prev", [("ts", float), *((r.name, Any) for r in counters)], gc=False,
+                                      module=__name__)
 
         def build(get: str, derived: list[str]) -> str:
             values = [head, *(_copied(r, get) for r in copied), middle, *derived, tail]
             return f"kind({', '.join(v for v in values if v)})"
 
         def differences(get, indent: str) -> list[str]:
-            out = []
+            out = [f'{indent}ts = {get("row", "ts")}', f"{indent}dt = ts - prev.ts"]
             for r in counters:
-                out += [f"{indent}a, b = {get('prev', r.name)}, {get('row', r.name)}",
-                        f"{indent}{d[r.name]} = None if a is None or b is None or b < a else b - a"]
+                out += [f"{indent}a, {b[r.name]} = prev.{r.name}, {get('row', r.name)}",
+                        f"{indent}{d[r.name]} = None if a is None or {b[r.name]} is None or {b[r.name]} < a else {b[r.name]} - a"]
             return out
+
+        def remember(get, fresh: bool) -> str:
+            values = [get("row", "ts") if fresh else "ts", *(get("row", r.name) if fresh else b[r.name] for r in counters)]
+            return f"state.prev = Prev({', '.join(values)})"
 
         def item(obj: str, key: str) -> str:
             return f"{obj}[{key!r}]"
@@ -54,20 +85,22 @@ class Recipe:
             return f"{obj}.get({key!r})"
 
         nothing = ["None"] * (len(rate_exprs) + len(delta_exprs))
-        lines = [f"def {name}(row, prev, {extra}):",
+        lines = [f"def {name}(row, state, {extra}):",
+                 "    prev = state.prev",
                  "    if prev is None:",
+                 f"        {remember(lookup, True)}",
                  f"        return {build(lookup, nothing)}",
                  "    try:",
-                 '        dt = row["ts"] - prev["ts"]',
                  *differences(item, " " * 8),
+                 f"        {remember(item, False)}",
                  f"        return {build(item, rate_exprs + delta_exprs)}",
                  "    except KeyError:",  # a row without some column: the same, with .get
                  "        pass",
-                 '    dt = row["ts"] - prev["ts"]',
                  *differences(lookup, " " * 4),
+                 f"    {remember(lookup, False)}",
                  f"    return {build(lookup, rate_exprs + delta_exprs)}"]
         self.source = "\n".join(lines)
-        namespace: dict[str, Any] = {"kind": kind}
+        namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical}
         exec(compile(self.source, f"<observe recipe: {name}>", "exec"), namespace)
         self.make = namespace[name]
         # What a reader of stored samples must fetch for these observations.
@@ -76,23 +109,28 @@ class Recipe:
 
 def _copied(reading: fields.Reading, get) -> str:
     value = get("row", reading.name)
+    if reading.type is str:
+        return f"canonical({value})"
     if reading.type is not bool:
         return value
     # Stored as 0/1 on SQLite.
     return f"bool({value})" if not reading.nullable else f"(None if {value} is None else bool({value}))"
 
 
-_GPU = Recipe("gpu_obs", GpuObs, fields.GPU_READINGS, extra="cluster, node, group, xids=()",
-              head='row["ts"], cluster, node, row["uuid"], row["index"], row["model"], group',
+_GPU = Recipe("gpu_obs", GpuObs, fields.GPU_READINGS, extra="cluster, node, group, uuid, model, xids=()",
+              head='row["ts"], cluster, node, uuid, row["index"], model, group',
               middle='xids, row.get("workload_label"), row.get("workload_job")')
-_NIC = Recipe("nic_obs", NicObs, fields.NIC_READINGS, extra="cluster, node, group, node_busy",
-              head='row["ts"], cluster, node, row["device"], row["port"], group', tail="node_busy")
+_NIC = Recipe("nic_obs", NicObs, fields.NIC_READINGS, extra="cluster, node, group, device, node_busy",
+              head='row["ts"], cluster, node, device, row["port"], group', tail="node_busy")
 # The stored GPU readings an observation is made of: all the detector reads back (not every
 # column: the dashboard-only ones, energy or encoder utilisation, cost it a read each).
 GPU_READINGS = _GPU.columns
 NIC_READINGS = _NIC.columns
 
-# gpu_obs(row, prev, cluster, node, group, xids=()) -> GpuObs (positional: keywords cost a
-# tenth of the call); nic_obs(row, prev, cluster, node, group, node_busy) -> NicObs
+# gpu_obs(row, state, cluster, node, group, uuid, model, xids=()) -> GpuObs (positional:
+# keywords cost a tenth of the call); nic_obs(row, state, cluster, node, group, device,
+# node_busy) -> NicObs. `state`: anything with a `prev` attribute, None before the first row
+# (the engine's per GPU and port); the names as the caller keeps them (`canonical`).
 gpu_obs = _GPU.make
 nic_obs = _NIC.make
+GpuPrev, NicPrev = _GPU.prev, _NIC.prev

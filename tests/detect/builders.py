@@ -5,7 +5,6 @@ clock 1980 MHz and 700 W limit; idle H100 at 345 MHz with the Idle bit, ~70 W)."
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,7 +79,7 @@ def h100_peers(**kw: Any) -> PeerStats:
 
 
 def window(*items: Any) -> Window:
-    return Window(recent=deque(items, maxlen=120))
+    return Window(recent=list(items[-120:]))
 
 
 def series(n: int = 7, *, make: Callable[..., Any] = gpu, step: float = STEP, counts: dict[str, Sequence[float]] | None = None,

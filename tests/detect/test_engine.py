@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import random
+import weakref
 
 import pytest
 
@@ -353,7 +354,7 @@ def test_a_window_capped_at_fast_sampling_keeps_no_hole(interval):
 def test_what_the_engine_keeps_per_gpu_and_port_is_not_walked_by_the_cyclic_gc():
     """A full collection of the cyclic GC stops every thread of the collector: at 100,000 GPUs it
     walked the detector's state for up to 0.9 s (bench/scale.py). The state kept per GPU and port
-    (its window, its last readings, its recent marks) is untracked; only a window's two deques
+    (its window, its last readings, its recent marks) is untracked; only a window's two lists
     are left for a collection to walk."""
     det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
     items = fleet([1000 + k * 5.0 for k in range(30)], nodes=2, gpus=4)
@@ -365,6 +366,65 @@ def test_what_the_engine_keeps_per_gpu_and_port_is_not_walked_by_the_cyclic_gc()
     states = [*det.gpus.values(), *det.nics.values()]
     assert len(states) == 10
     for state in states:
-        kept = (state, state.window, state.recent, state.prev_row)
+        kept = (state, state.window, state.recent, state.prev)
         assert not any(gc.is_tracked(o) for o in kept), [type(o).__name__ for o in kept if gc.is_tracked(o)]
         assert state.window.items  # they hold what they held before
+        assert state.prev is not None
+
+
+class _Row(dict):
+    """A stored row that can be watched (a dict subclass takes a weak reference)."""
+
+
+def test_the_engine_keeps_no_row_once_judged():
+    """Issue #13 item 6 (memory): the engine kept each GPU's and port's last row whole (~40
+    readings in a dict, a tenth of the detector's memory) for the next row's rates; it keeps
+    their time and counters only (observe.py `prev`)."""
+    det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
+    watched = []
+    for item in fleet([1000 + k * 5.0 for k in range(6)], nodes=2, gpus=4):
+        item.gpu_rows = [_Row(r) for r in item.gpu_rows]
+        item.nic_rows = [_Row({"ts": item.ts, "device": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
+                               "tx_bytes_total": int(item.ts * 1e9), "rx_bytes_total": int(item.ts * 1e9)})]
+        watched += [weakref.ref(r) for r in (*item.gpu_rows, *item.nic_rows)]
+        det.add(item)
+        det.advance()
+    del item
+    gc.collect()
+    assert [w() for w in watched if w() is not None] == []
+    state = det.nics[next(iter(det.nics))]
+    assert (state.prev.ts, state.prev.tx_bytes_total) == (1025.0, int(1025.0 * 1e9))
+    assert det.gpus["GPU-n0-0"].window.latest.nvlink_bps is not None  # the rates still come
+
+
+def test_a_gpus_and_ports_observations_share_their_names():
+    """Issue #13 item 6 (memory): a database driver returns new strings for every row; windows
+    kept each observation's UUID, model, peer group, device and port state as its own copy."""
+    det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
+    for item in fleet([1000 + k * 5.0 for k in range(8)], nodes=2, gpus=4):
+        item.gpu_rows = [{k: _fresh(v) if type(v) is str else v for k, v in r.items()} for r in item.gpu_rows]
+        item.nic_rows = [{"ts": item.ts, "device": _fresh("mlx5_0"), "port": 1, "state": _fresh("ACTIVE"), "rate_gbps": 400.0,
+                          "tx_bytes_total": int(item.ts * 1e9), "rx_bytes_total": int(item.ts * 1e9)}]
+        det.add(item)
+        det.advance()
+    gpus = [o for state in det.gpus.values() for o in state.window.recent]
+    ports = [o for state in det.nics.values() for o in state.window.recent]
+    assert len(gpus) == 64 and len(ports) == 16
+    assert len({id(o.uuid) for o in gpus}) == 8 and len({id(o.model) for o in gpus}) == 1 and len({id(o.group) for o in gpus}) == 1
+    assert len({id(o.device) for o in ports}) == 1 and len({id(o.state) for o in ports}) == 1
+
+
+def _fresh(text: str) -> str:
+    return text.encode().decode()
+
+
+def test_a_counter_that_did_not_move_costs_its_observations_no_float_of_their_own():
+    """Issue #13 item 6 (memory): an error counter's rate is 0.0 in nearly every observation;
+    each was a float object of its own (24 bytes, four per GPU observation and two per port's)."""
+    det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
+    for item in fleet([1000 + k * 5.0 for k in range(12)], nodes=2, gpus=4):
+        det.add(item)
+        det.advance()
+    rates = [o.nvlink_crc_per_s for state in det.gpus.values() for o in state.window.recent[1:]]
+    assert len(rates) == 8 * 11 and set(rates) == {0.0}
+    assert len({id(r) for r in rates}) == 1
