@@ -83,7 +83,7 @@ class FleetRows:
             gpu_rows = []
             templates, uuids = self.gpus[n % len(self.gpus)], self.uuids[n]
             for i in range(8):
-                row = _as_read(templates[i][(step + n + i) % self.VARIANTS]) | common
+                row = _as_read(templates[i][(step + n + i) % self.VARIANTS] | common)  # its own time and names, as read
                 row["uuid"] = _fresh(uuids[i])
                 row["lost"] = False
                 row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nvlink
@@ -92,7 +92,7 @@ class FleetRows:
                 gpu_rows.append(row)
             nic_rows = []
             for d, port in enumerate(self.ports[n % len(self.ports)]):
-                row = _as_read(port) | common
+                row = _as_read(port | common)
                 row["tx_bytes_total"] = row["rx_bytes_total"] = 10**12 + step * (10**9 + d * 10**7)
                 row["xmit_wait_total"] = step * 1000
                 nic_rows.append(row)

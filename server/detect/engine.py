@@ -54,7 +54,7 @@ ROLE_GROUPS_KEPT = 4096
 WINDOW_ITEMS = 120  # observations a window holds at most (at 1 s sampling keep_s would be 211)
 # Whole observations older than full_s become past records in batches, once the oldest is this
 # much older: every few instants a few at once, not a check and a conversion at every append.
-AGE_SLACK_S = 30.0
+AGE_SLACK_S = 15.0
 
 
 @dataclass(slots=True)
@@ -133,10 +133,11 @@ class Detector:
         # window behind a node's newest sample, and starts one window earlier), whichever is
         # longer, plus one window to spare. At 5 s sampling 42 observations instead of 120.
         self.keep_s = max(cfg.rate_window_s, cfg.stale_after_s + 2 * cfg.across_window_s) + cfg.across_window_s
-        # Whole observations for what the rules look back over (rate_window_s), their past record
-        # (model.GpuPast, NicPast) beyond: at 5 s sampling 13 whole ones of 43. Rules other than
-        # the default ones may look anywhere: whole observations throughout.
-        self.full_s = cfg.rate_window_s if gpu_rules is None and nic_rules is None else self.keep_s
+        # The default rules judge the newest observation whole and read only a few rates of the
+        # older ones (model.GpuPast, NicPast keep those and what aligned windows read): whole
+        # observations only until the window next ages, about a third of the memory. Rules
+        # other than the default ones may look anywhere: whole observations throughout.
+        self.full_s = 0.0 if gpu_rules is None and nic_rules is None else self.keep_s
         # The oldest whole observation that makes a window age (Window.age): full_s plus up to
         # AGE_SLACK_S, staggered across windows (Window.stagger) so that a fleet whose windows
         # filled together (a restart) does not age all at once in one evaluation.
@@ -311,6 +312,7 @@ class Detector:
     def _observe_gpus(self, item: NodeInstant, node: _Node) -> list[GpuObs]:
         groups: dict[tuple, tuple[str, str]] = {}  # by model and workload: one node's GPUs share the rest of their group
         out, age_s, stagger_s, cluster, node_name = [], self.age_s, self.stagger_s, item.cluster, item.node
+        at = item.ts  # one time object for the node instant's observations (each row has its own copy)
         where = (cluster, node_name)
         for row in item.gpu_rows:
             uuid, model, workload = row["uuid"], row["model"], row.get("workload")
@@ -327,7 +329,7 @@ class Detector:
                 prev = state.prev
                 since = prev.ts if prev is not None else item.ts - XID_FIRST_SAMPLE_LOOKBACK_S
                 xids = tuple(x for x, at in item.xids.get(uuid, ()) if since < at <= item.ts)
-            obs = gpu_obs(row, state, cluster, node_name, group, state.uuid, model, xids)
+            obs = gpu_obs(row, state, at, cluster, node_name, group, state.uuid, model, xids)
             state.node = where
             state.absent = 0
             window = state.window  # newest last, older kept as past, older than keep_s let go (inline: every GPU, every instant)
@@ -347,6 +349,7 @@ class Detector:
         group = nic_group(cluster=item.cluster, labels=item.labels)
         where = f"{item.cluster}/{item.node}"
         out, keys, age_s, stagger_s, ports, roles, cfg = [], [], self.age_s, self.stagger_s, node.ports, self._role_groups, self.cfg
+        at = item.ts
         for row in item.nic_rows:
             device, port, rate = row["device"], row["port"], row["rate_gbps"]
             known = ports.get((device, port))  # its names, made once (every port, every instant)
@@ -366,7 +369,7 @@ class Detector:
                 if len(roles) >= ROLE_GROUPS_KEPT:  # groups come and go with jobs
                     roles.clear()
                 role_group = roles[(group, role)] = f"{group}|{role:g}"
-            obs = nic_obs(row, state, item.cluster, item.node, role_group, device, node_busy)
+            obs = nic_obs(row, state, at, item.cluster, item.node, role_group, device, node_busy)
             obs.expected_rate_gbps = expected
             window = state.window  # as in _observe_gpus
             recent = window.recent

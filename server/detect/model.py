@@ -187,32 +187,79 @@ class NicPeerStats:
     xmit_wait_per_s: Robust | None = None
 
 
+class GpuErrors(msgspec.Struct, gc=False):
+    """The error rates of a GPU's past record, where one of them moved."""
+
+    pcie_replay_per_s: float | None
+    nvlink_crc_per_s: float | None
+    nvlink_replay_per_s: float | None
+    nvlink_recovery_per_s: float | None
+
+
+class NicErrors(msgspec.Struct, gc=False):
+    """The errors of a port's past record, where one of them moved."""
+
+    symbol_errors_per_s: float | None
+    rcv_errors_per_s: float | None
+    link_downed_new: int | None
+
+
+def _moved(errors_type: type, name: str) -> property:
+    """A past record's error rate: 0.0 when none moved (or unknown: the rules count both as
+    none), so that most records carry no errors object at all."""
+    def get(self) -> float | int:
+        errors = self.errors
+        return 0.0 if errors is None else getattr(errors, name) or 0.0
+    return property(get, doc=f"{errors_type.__name__}.{name}")
+
+
 class GpuPast(msgspec.Struct, gc=False):
-    """What a GPU's observation keeps once older than the rules look back: what windows aligned
-    across nodes read (server/detect/across_window.py). A tenth of the observation's memory."""
+    """What a GPU's observation keeps once it is no longer among the newest: what the default
+    rules read of older observations (the error rates they sum over rate_window_s:
+    rules/_common.py `increase`) and what windows aligned across nodes read
+    (server/detect/across_window.py). A third of the observation's memory."""
 
     ts: float
     group: str
     busy: bool
     nvlink_bps: float | None
     power_limit_w: float | None
+    errors: GpuErrors | None = None
+
+    pcie_replay_per_s = _moved(GpuErrors, "pcie_replay_per_s")
+    nvlink_crc_per_s = _moved(GpuErrors, "nvlink_crc_per_s")
+    nvlink_replay_per_s = _moved(GpuErrors, "nvlink_replay_per_s")
+    nvlink_recovery_per_s = _moved(GpuErrors, "nvlink_recovery_per_s")
 
 
 class NicPast(msgspec.Struct, gc=False):
-    """A port's observation once older than the rules look back (as GpuPast)."""
+    """A port's observation once no longer among the newest (as GpuPast; rules/network.py sums
+    its error rates and link downs and averages its transmit wait over rate_window_s)."""
 
     ts: float
     group: str
     node_busy: bool
     bps: float | None
+    xmit_wait_per_s: float | None
+    errors: NicErrors | None = None
+
+    symbol_errors_per_s = _moved(NicErrors, "symbol_errors_per_s")
+    rcv_errors_per_s = _moved(NicErrors, "rcv_errors_per_s")
+    link_downed_new = _moved(NicErrors, "link_downed_new")
 
 
 def gpu_past(obs) -> GpuPast:
-    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w)
+    errors = None
+    if obs.pcie_replay_per_s or obs.nvlink_crc_per_s or obs.nvlink_replay_per_s or obs.nvlink_recovery_per_s:
+        errors = GpuErrors(obs.pcie_replay_per_s, obs.nvlink_crc_per_s, obs.nvlink_replay_per_s, obs.nvlink_recovery_per_s)
+    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, errors)
 
 
 def nic_past(obs) -> NicPast:
-    return NicPast(obs.ts, obs.group, obs.node_busy, obs.bps)
+    errors = None
+    if obs.symbol_errors_per_s or obs.rcv_errors_per_s or obs.link_downed_new:
+        errors = NicErrors(obs.symbol_errors_per_s, obs.rcv_errors_per_s, obs.link_downed_new)
+    return NicPast(obs.ts, obs.group, obs.node_busy, obs.bps, obs.xmit_wait_per_s, errors)
 
 
 ts_of = attrgetter("ts")  # for bisecting a window's items by sample time
@@ -236,7 +283,7 @@ def _stagger() -> float:
 class Window(msgspec.Struct, gc=False, eq=False):
     """The last observations of one GPU or NIC, oldest first; `latest` is the one judged. The
     detector keeps those within its keep_s of sample time of the newest, 120 at most: the
-    newest as whole observations (`recent`: the rules look back rate_window_s), the older ones
+    newest as whole observations (`recent`: the rules judge the newest whole), the older ones
     as their past record (`past`: GpuPast, NicPast). `items` is both, in order."""
 
     recent: list = msgspec.field(default_factory=list)

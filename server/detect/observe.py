@@ -34,12 +34,12 @@ def canonical(text: str | None) -> str | None:
 
 
 class Recipe:
-    """How one table's rows become an observation: `make(row, state, *extra)` calls
+    """How one table's rows become an observation at sample time `at`: `make(row, state, at, *extra)` calls
     `kind(*head, *copied readings, *middle, *rates and increases, *tail)`, where head, middle and
     tail are Python expressions over `row` and the extra arguments, with the rates and increases
     against `state.prev`, and leaves in `state.prev` what the next row needs of this one (`prev`:
-    its time and counters, not the row: a whole row per GPU and port was a tenth of the
-    detector's memory). A counter that decreased was reset (a driver reload, a reboot): no rate
+    its time, counters and steady readings, not the row: a whole row per GPU and port was a
+    tenth of the detector's memory). A counter that decreased was reset (a driver reload, a reboot): no rate
     or increase across it; without a previous sample or with no time between the two, no rate.
     A rate of a counter that did not move is the one 0.0 of the code (error counters mostly do
     not: a float object of their own in every observation was another tenth). Rows normally
@@ -47,12 +47,15 @@ class Recipe:
     .get, on a slower path."""
 
     def __init__(self, name: str, kind: type, readings: tuple[fields.Reading, ...], *, extra: str,
-                 head: str, middle: str = "", tail: str = ""):
+                 head: str, middle: str = "", tail: str = "", steady: tuple[str, ...] = ()):
         copied = copied_readings(readings)
         counters = [r for r in readings if r.rate or r.delta]
         rates, deltas = derived_names(readings)
         d = {r.name: f"d{i}" for i, r in enumerate(counters)}
         b = {r.name: f"b{i}" for i, r in enumerate(counters)}
+        # Steady readings (a power limit, a link rate): the previous row's value object when the
+        # value is the same, so that the observations and past records of a GPU share one.
+        v = {name: f"v{i}" for i, name in enumerate(steady)}
         rate_exprs = []
         for rate in rates:
             parts = [d[r.name] for r in counters if r.rate == rate]
@@ -60,22 +63,27 @@ class Recipe:
             rate_exprs.append(f"None if dt <= 0 or {' or '.join(f'{p} is None' for p in parts)} "
                               f"else (({' + '.join(parts)}) / dt if {moved} else 0.0)")
         delta_exprs = [next(d[r.name] for r in counters if r.delta == delta) for delta in deltas]
-        self.prev = msgspec.defstruct(f"{kind.__name__}Prev", [("ts", float), *((r.name, Any) for r in counters)], gc=False,
-                                      module=__name__)
+        kept = [*((r.name, Any) for r in counters), *((n, Any) for n in steady)]
+        self.prev = msgspec.defstruct(f"{kind.__name__}Prev", [("ts", float), *kept], gc=False, module=__name__)
 
-        def build(get: str, derived: list[str]) -> str:
-            values = [head, *(_copied(r, get) for r in copied), middle, *derived, tail]
-            return f"kind({', '.join(v for v in values if v)})"
+        def build(get, derived: list[str], shared: bool) -> str:
+            values = [head, *(v[r.name] if shared and r.name in v else _copied(r, get) for r in copied), middle, *derived, tail]
+            return f"kind({', '.join(x for x in values if x)})"
 
         def differences(get, indent: str) -> list[str]:
-            out = [f'{indent}ts = {get("row", "ts")}', f"{indent}dt = ts - prev.ts"]
+            out = [f"{indent}dt = at - prev.ts"]
             for r in counters:
                 out += [f"{indent}a, {b[r.name]} = prev.{r.name}, {get('row', r.name)}",
                         f"{indent}{d[r.name]} = None if a is None or {b[r.name]} is None or {b[r.name]} < a else {b[r.name]} - a"]
+            for name, var in v.items():
+                out += [f"{indent}{var} = {get('row', name)}",
+                        f"{indent}if {var} == prev.{name}:",
+                        f"{indent}    {var} = prev.{name}"]
             return out
 
         def remember(get, fresh: bool) -> str:
-            values = [get("row", "ts") if fresh else "ts", *(get("row", r.name) if fresh else b[r.name] for r in counters)]
+            values = ["at", *(get("row", r.name) if fresh else b[r.name] for r in counters),
+                      *(get("row", name) if fresh else var for name, var in v.items())]
             return f"state.prev = Prev({', '.join(values)})"
 
         def item(obj: str, key: str) -> str:
@@ -89,16 +97,16 @@ class Recipe:
                  "    prev = state.prev",
                  "    if prev is None:",
                  f"        {remember(lookup, True)}",
-                 f"        return {build(lookup, nothing)}",
+                 f"        return {build(lookup, nothing, False)}",
                  "    try:",
                  *differences(item, " " * 8),
                  f"        {remember(item, False)}",
-                 f"        return {build(item, rate_exprs + delta_exprs)}",
+                 f"        return {build(item, rate_exprs + delta_exprs, True)}",
                  "    except KeyError:",  # a row without some column: the same, with .get
                  "        pass",
                  *differences(lookup, " " * 4),
                  f"    {remember(lookup, False)}",
-                 f"    return {build(lookup, rate_exprs + delta_exprs)}"]
+                 f"    return {build(lookup, rate_exprs + delta_exprs, True)}"]
         self.source = "\n".join(lines)
         namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical}
         exec(compile(self.source, f"<observe recipe: {name}>", "exec"), namespace)
@@ -117,20 +125,21 @@ def _copied(reading: fields.Reading, get) -> str:
     return f"bool({value})" if not reading.nullable else f"(None if {value} is None else bool({value}))"
 
 
-_GPU = Recipe("gpu_obs", GpuObs, fields.GPU_READINGS, extra="cluster, node, group, uuid, model, xids=()",
-              head='row["ts"], cluster, node, uuid, row["index"], model, group',
-              middle='xids, row.get("workload_label"), row.get("workload_job")')
-_NIC = Recipe("nic_obs", NicObs, fields.NIC_READINGS, extra="cluster, node, group, device, node_busy",
-              head='row["ts"], cluster, node, device, row["port"], group', tail="node_busy")
+_GPU = Recipe("gpu_obs", GpuObs, fields.GPU_READINGS, extra="at, cluster, node, group, uuid, model, xids=()",
+              head='at, cluster, node, uuid, row["index"], model, group',
+              middle='xids, row.get("workload_label"), row.get("workload_job")', steady=("power_limit_w", "sm_clock_max_mhz"))
+_NIC = Recipe("nic_obs", NicObs, fields.NIC_READINGS, extra="at, cluster, node, group, device, node_busy",
+              head='at, cluster, node, device, row["port"], group', tail="node_busy", steady=("rate_gbps",))
 # The stored GPU readings an observation is made of: all the detector reads back (not every
 # column: the dashboard-only ones, energy or encoder utilisation, cost it a read each).
 GPU_READINGS = _GPU.columns
 NIC_READINGS = _NIC.columns
 
-# gpu_obs(row, state, cluster, node, group, uuid, model, xids=()) -> GpuObs (positional:
-# keywords cost a tenth of the call); nic_obs(row, state, cluster, node, group, device,
+# gpu_obs(row, state, at, cluster, node, group, uuid, model, xids=()) -> GpuObs (positional:
+# keywords cost a tenth of the call); nic_obs(row, state, at, cluster, node, group, device,
 # node_busy) -> NicObs. `state`: anything with a `prev` attribute, None before the first row
-# (the engine's per GPU and port); the names as the caller keeps them (`canonical`).
+# (the engine's per GPU and port); `at`, the names: as the caller keeps them (the node instant's
+# time, `canonical`), not each row's copy.
 gpu_obs = _GPU.make
 nic_obs = _NIC.make
 GpuPrev, NicPrev = _GPU.prev, _NIC.prev
