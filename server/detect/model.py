@@ -4,6 +4,7 @@ statistics of their peers at that instant, and what a rule reports."""
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
@@ -305,17 +306,11 @@ class Window(msgspec.Struct, gc=False, eq=False):
         gpu_past, nic_past); past records older than keep_s go, and the oldest beyond `most`
         in all (past records first: the rest stay one run of samples, without a hole)."""
         recent, older = self.recent, self.past
-        horizon = now - full_s
-        moved = 0
-        while moved < len(recent) - 1 and recent[moved].ts < horizon:
-            moved += 1
+        moved = min(bisect_left(recent, now - full_s, key=ts_of), len(recent) - 1)  # the newest stays whole
         if moved:
-            older.extend(map(past, recent[:moved]))
+            older += map(past, recent[:moved])
             del recent[:moved]
-        horizon = now - keep_s
-        gone = 0
-        while gone < len(older) and older[gone].ts < horizon:
-            gone += 1
+        gone = bisect_left(older, now - keep_s, key=ts_of)
         excess = len(older) + len(recent) - most - gone
         if excess > 0:  # the oldest beyond `most`: past records first, then whole ones
             gone = min(len(older), gone + excess)
