@@ -56,26 +56,9 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
     for group, values in limits.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=1.0, drop=cfg.power_limit_drop, z_min=0.0,
                                      noise_floor=0.01)
-        shared = shared_low_limits(judged)
-        verdicts += [NodeVerdict(node, "power", _finding("power", node, vs, ref, group, span, "power limit", "per GPU", _watts)
-                                 if vs.low and node not in shared else None)
+        verdicts += [NodeVerdict(node, "power", _finding("power", node, vs, ref, group, span, "power limit", "per GPU", _watts) if vs.low else None)
                      for node, (vs, ref) in judged.items()]
     return verdicts
-
-
-SAME_LIMIT = 0.01  # power limits within 1% of each other are one setting
-
-
-def shared_low_limits(judged: dict[str, tuple[VsPeers, Robust]]) -> set[str]:
-    """Nodes whose low power limit another low node of the group has too: a new limit being
-    rolled out over a job's nodes (an operator's script, node by node), not a node that lost
-    its setting. Their verdict is 'fine'; a limit that one node alone has is flagged."""
-    low = sorted((vs.value, node) for node, (vs, _) in judged.items() if vs.low)
-    shared = set()
-    for (a, node_a), (b, node_b) in zip(low, low[1:]):
-        if b - a <= SAME_LIMIT * b:
-            shared |= {node_a, node_b}
-    return shared
 
 
 def _add(values: list[NodeValue], value: NodeValue | None) -> None:

@@ -9,10 +9,8 @@ import statistics
 import pytest
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, leave_one_out
-from server.detect.across_window import shared_low_limits
 from server.detect.engine import Detector, NodeInstant
 from server.detect.persistence import Opened
-from server.detect.rules._common import VsPeers
 from server.detect.settings import DetectionSettings
 from tests.detect.builders import gpu, window
 from tests.detect.test_engine import gpu_row
@@ -100,8 +98,7 @@ def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float =
     return int(slow * (whole * per_step + inside))
 
 
-def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None):
-    """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None)."""
+def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4):
     items = []
     for n in range(n_nodes):
         node = f"n{n}"
@@ -113,8 +110,6 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
                 row = gpu_row(node, g, ts)
                 nv = bursty_nvlink(ts, slow=0.6 if node == slow_node else 1.0)
                 row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nv // 2
-                if limit_of is not None:
-                    row["power_limit_w"] = limit_of(node, ts)
                 rows.append(row)
             items.append(NodeInstant("c", node, {"job": "j"}, ts, rows, []))
             k += 1
@@ -206,37 +201,3 @@ def test_a_forgotten_node_no_longer_counts():
         rates.observe("g|mlx5_0|1", node, rate)
     rates.forget("b")
     assert rates.observe("g|mlx5_0|1", "c", 400.0) == 200.0
-
-
-def _power_episodes(items):
-    return sorted({c.node for c in judge(items) if isinstance(c.change, Opened) and c.cause == "power"})
-
-
-def test_a_node_alone_with_a_lower_power_limit_is_found_against_the_other_nodes():
-    limit = lambda node, ts: 560.0 if node == "n2" else 700.0  # noqa: E731
-    assert _power_episodes(phased_fleet(8, duration=900, limit_of=limit)) == ["n2"]
-
-
-@pytest.mark.parametrize("spread_s", [0.0, 60.0, 180.0])
-def test_a_new_power_limit_rolled_out_over_the_nodes_flags_none(spread_s):
-    """Found on a fleet unlike fleetgen's (a probe of this stop): an operator lowering a job's
-    power limit node by node made the first nodes with the new limit look like stragglers
-    (power, -18% against the other nodes) for as long as the rollout lasted."""
-    order = {f"n{k}": k for k in range(8)}
-    limit = lambda node, ts: 490.0 if ts >= 1300 + order[node] * spread_s / 8 else 700.0  # noqa: E731
-    assert _power_episodes(phased_fleet(8, duration=900, limit_of=limit)) == []
-
-
-SHARED_CASES = [
-    ("one low node", {"a": 560.0, "b": 700.0, "c": 700.0}, set()),
-    ("two low nodes, one limit", {"a": 490.0, "b": 490.0, "c": 700.0, "d": 700.0}, {"a", "b"}),
-    ("two low nodes within 1%", {"a": 490.0, "b": 494.0, "c": 700.0}, {"a", "b"}),
-    ("two low nodes, two limits", {"a": 490.0, "b": 560.0, "c": 700.0}, set()),
-    ("three, two alike", {"a": 400.0, "b": 560.0, "c": 560.0, "d": 700.0}, {"b", "c"}),
-]
-
-
-@pytest.mark.parametrize("name,low,expected", SHARED_CASES, ids=[c[0] for c in SHARED_CASES])
-def test_shared_low_limits(name, low, expected):
-    judged = {node: (VsPeers(value, 700.0, value / 700.0 - 1, 0.0, value < 700.0), None) for node, value in low.items()}
-    assert shared_low_limits(judged) == expected
