@@ -29,7 +29,7 @@ ROWS = [
     Row("clock 7% below peers (under clock_drop)", one(gpu(sm_clock_mhz=1841)), PEERS, None),
     Row("clock 9% below in a wide group (z above -clock_z)", one(gpu(sm_clock_mhz=1802)), WIDE, None),
     Row("no peers: no clock judgement", one(gpu(sm_clock_mhz=1000)), None, None),
-    Row("group too small: peers None", one(gpu(sm_clock_mhz=1000)), peers_of(group(3)), None),
+    Row("group too small: peers None", one(gpu(sm_clock_mhz=1000)), peers_of(group(2)), None),
     Row("idle GPU at 345 MHz with busy peers", one(idle_gpu()), PEERS, None),
     Row("0% utilisation without the Idle bit (context held, no work)", one(gpu(util_gpu_pct=0, sm_clock_mhz=1600)), PEERS, None),
     Row("util unreadable", one(gpu(util_gpu_pct=None, sm_clock_mhz=1000)), PEERS, None),
