@@ -109,7 +109,7 @@ class _Node:
     gpus: set[str] = field(default_factory=set)
     nics: set[str] = field(default_factory=set)
     # (device, port) → (its NIC group, its entity, its namesake name, its device name as kept)
-    ports: dict[tuple[str, int], tuple[str, str, str]] = field(default_factory=dict)
+    ports: dict[tuple[str, int], tuple[str, str, str, str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -34,13 +34,14 @@ def canonical(text: str | None) -> str | None:
 
 
 class Recipe:
-    """How one table's rows become an observation at sample time `at`: `make(row, state, at, *extra)` calls
-    `kind(*head, *copied readings, *middle, *rates and increases, *tail)`, where head, middle and
-    tail are Python expressions over `row` and the extra arguments, with the rates and increases
-    against `state.prev`, and leaves in `state.prev` what the next row needs of this one (`prev`:
-    its time, counters and steady readings, not the row: a whole row per GPU and port was a
-    tenth of the detector's memory). A counter that decreased was reset (a driver reload, a reboot): no rate
-    or increase across it; without a previous sample or with no time between the two, no rate.
+    """How one table's rows become an observation at sample time `at`: `make(row, state, at,
+    *extra)` calls `kind(*head, *copied readings, *middle, *rates and increases, *tail)`, where
+    head, middle and tail are Python expressions over `row` and the extra arguments, with the
+    rates and increases against `state.prev`, and leaves in `state.prev` what the next row needs
+    of this one (its time, counters and steady readings, not the row: a whole row per GPU and
+    port was a tenth of the detector's memory). A counter that decreased was reset (a driver
+    reload, a reboot): no rate or increase across it; without a previous sample or with no time
+    between the two, no rate.
     A rate of a counter that did not move is the one 0.0 of the code (error counters mostly do
     not: a float object of their own in every observation was another tenth). Rows normally
     carry every column (the detection source reads them all); one that lacks some is read with
