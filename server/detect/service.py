@@ -18,7 +18,7 @@ from server.detect.leader import LeaderLock
 from server.detect.leases import ClusterLeases
 from server.detect.settings import DetectionSettings
 from server.detect.shard import Fenced, Shard
-from server.detect.source import load_instants, take_clusters
+from server.detect.source import read_committed
 from server.store import counters, schema
 from server.store.detector_state import bucket
 
@@ -64,9 +64,7 @@ class DetectionService:
         self._sync_clusters()
         if not self.shards:
             return 0
-        with self.engine.connect() as conn:
-            entries = take_clusters(conn, {cluster: shard.cursor for cluster, shard in self.shards.items()})
-            instants = {cluster: load_instants(conn, self._to_read(cluster, found)) for cluster, found in entries.items() if found}
+        instants = read_committed(self.engine, {cluster: shard.cursor for cluster, shard in self.shards.items()}, keep=self._to_read)
         cycle = []
         for cluster, shard in self.shards.items():
             for item in instants.get(cluster, ()):

@@ -9,16 +9,18 @@ from __future__ import annotations
 import bisect
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, Engine, and_, func, select
 
 from server.detect.engine import NodeInstant
 from server.detect.observe import GPU_READINGS, NIC_READINGS
 from server.peer_groups import workload_job, workload_key, workload_label
 from server.store import schema
 from server.store.driver_rows import select_rows
+from server.store.engine import read_snapshot
 
 LogT = schema.IngestLog.__table__
 GpuT, GpuSampleT = schema.Gpu.__table__, schema.GpuSample.__table__
@@ -61,6 +63,16 @@ class LogCursor:
                 self._advance(now=now, visible=[])
         else:
             self.gap_since = None
+
+
+def read_committed(engine: Engine, cursors: dict[str, LogCursor],
+                   keep: Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]]) -> dict[str, list[NodeInstant]]:
+    """The node instants committed since each cluster's cursor (`keep`: the entries of a
+    cluster whose rows are wanted), all read in one snapshot: a batch that commits meanwhile
+    is read whole with its log entry, or not at all."""
+    with read_snapshot(engine) as conn:
+        entries = take_clusters(conn, cursors)
+        return {cluster: load_instants(conn, keep(cluster, found)) for cluster, found in entries.items() if found}
 
 
 def take_clusters(conn: Connection, cursors: dict[str, LogCursor], *, limit: int = 2000) -> dict[str, list[dict[str, Any]]]:

@@ -4,8 +4,10 @@ acknowledgement) survives a crash and a power cut."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -26,6 +28,21 @@ def make_engine(database_url: str, *, sqlite_mmap_mb: int = SQLITE_MMAP_MB) -> E
     # hanging on a connect or on a pool slot; keepalives notice a peer that vanished.
     return create_engine(database_url, pool_size=8, max_overflow=8, pool_pre_ping=True, pool_timeout=10,
                          connect_args=_postgres_connect_args(database_url))
+
+
+@contextmanager
+def read_snapshot(engine: Engine) -> Iterator[Connection]:
+    """A connection whose reads all see one committed state of the database, as of its first.
+    By default each statement sees the latest commit: PostgreSQL's READ COMMITTED, and pysqlite
+    opens no transaction for a SELECT. A reader that follows the ingest log and then reads the
+    rows behind it would see a batch committed in between by halves (its GPU rows in one
+    statement, missing from the next)."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN")  # WAL: the snapshot is taken at the first read and held
+        else:
+            conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+        yield conn
 
 
 # libpq connection parameters; any of them given in the URL's query wins.

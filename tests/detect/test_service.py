@@ -205,12 +205,12 @@ def test_a_batch_wholly_behind_the_lateness_allowance_is_counted_but_never_read(
     # detector would drop every instant as late, so it must not read their rows back at all.
     from sqlalchemy import create_engine
 
-    from server.detect import service as service_module
+    from server.detect import source
     from server.detect.service import DetectionService
 
     read: list[str] = []
-    real = service_module.load_instants
-    monkeypatch.setattr(service_module, "load_instants", lambda conn, entries: read.extend(e["node"] for e in entries) or real(conn, entries))
+    real = source.load_instants
+    monkeypatch.setattr(source, "load_instants", lambda conn, entries: read.extend(e["node"] for e in entries) or real(conn, entries))
     cfg = DetectionSettings(lateness_s=20)
     server = start_in_thread(create_app(Settings(database_url=database_url, detection_enabled=False, detection=cfg)))
     engine = create_engine(database_url)
