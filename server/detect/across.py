@@ -31,9 +31,14 @@ from server.detect.rules._common import VsPeers
 
 @dataclass(frozen=True, slots=True)
 class NodeValue:
+    """One unit compared with the others: a node (the median over its members, GPUs or ports,
+    of the group), or one GPU of a node with fewer than min_peers of the group (`gpu`: its
+    uuid and index), whose one slow GPU the median of two would halve."""
+
     node: str
-    value: float  # the median over the node's members (GPUs or ports) of the group
+    value: float
     members: int
+    gpu: tuple[str, int] | None = None
 
 
 def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, steady: str = "busy") -> float | None:
@@ -69,15 +74,16 @@ def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:
 
 
 def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_median: float, drop: float, z_min: float,
-                        noise_floor: float) -> dict[str, tuple[VsPeers, Robust]]:
-    """Each node against the median of the *other* nodes (one odd node never moves its own
-    reference); a node is low when drop below it and z_min robust deviations under it.
+                        noise_floor: float) -> dict[NodeValue, tuple[VsPeers, Robust]]:
+    """Each unit (a node, or a GPU of a node too small for a figure of its own) against the
+    median of the *others* (one odd unit never moves its own reference); a unit is low when
+    drop below it and z_min robust deviations under it.
 
     A job of 12,500 nodes is one group: the others' median and MAD are read off the sorted
     values by rank (leave_one_out), not sorted again for every node (that was minutes of CPU
     per window). The same elements, the same arithmetic: the same floats as statistics.median."""
     values = list(values)
-    if len(values) < max(min_nodes, 2):
+    if len({v.node for v in values}) < max(min_nodes, 2):
         return {}
     ordered = sorted(v.value for v in values)
     deviations: dict[float, list[float]] = {}  # by the others' median (a few distinct ones): |v - m|, sorted
@@ -92,7 +98,7 @@ def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_medi
         ref = Robust(median=m, mad=leave_one_out(spread, abs(one.value - m)), n=len(ordered) - 1)
         deviation = one.value / m - 1.0
         z = ref.z(one.value, noise_floor * m)
-        out[one.node] = (VsPeers(one.value, m, deviation, z, deviation <= -drop and z <= -z_min), ref)
+        out[one] = (VsPeers(one.value, m, deviation, z, deviation <= -drop and z <= -z_min), ref)
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, node_value
@@ -28,6 +28,7 @@ class NodeVerdict:
     node: str
     cause: str
     finding: Finding | None  # None: judged and fine
+    gpu: tuple[str, int] | None = None  # (uuid, index): a GPU judged on its own (a node with too few of its group)
 
 
 def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
@@ -36,34 +37,61 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
     ports: dict[str, list[NodeValue]] = defaultdict(list)
     for members in nodes:
         for group, windows in _by_group(members.gpus, end).items():
-            _add(nvlink[group], node_value(members.node, [aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows]))
-            _add(limits[group], node_value(members.node, [_limit_at(w, start, end) for w in windows]))
+            nvlink[group] += _units(members.node, windows, [aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows], cfg.min_peers)
+            limits[group] += _units(members.node, windows, [_limit_at(w, start, end) for w in windows], cfg.min_peers)
         for group, windows in _by_group(members.ports, end).items():
-            _add(ports[group], node_value(members.node, [aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows]))
+            # Ports are a node's, whatever their number: their figure is the node's.
+            ports[group] += _units(members.node, windows, [aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows], 0)
     verdicts = []
     span = {"from": start, "to": end}
     for group, values in nvlink.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=cfg.nvlink_min_bps, drop=cfg.nvlink_bw_drop,
                                      z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor)
-        verdicts += [NodeVerdict(node, "nvlink", _finding("nvlink", node, vs, ref, group, span, "NVLink", "per GPU", gbps) if vs.low else None)
-                     for node, (vs, ref) in judged.items()]
+        verdicts += _verdicts("nvlink", judged, lambda unit, vs, ref: _finding("nvlink", unit, vs, ref, group, span, "NVLink", "per GPU", gbps))
     for group, values in ports.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=cfg.ib_min_bps, drop=cfg.ib_bw_drop,
                                      z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor)
-        verdicts += [NodeVerdict(node, "network",
-                                 _finding("network", node, vs, ref, group, span, "ports moving", "per port", gbps) if vs.low else None)
-                     for node, (vs, ref) in judged.items()]
+        verdicts += _verdicts("network", judged, lambda unit, vs, ref: _finding("network", unit, vs, ref, group, span, "ports moving", "per port",
+                                                                      gbps))
     for group, values in limits.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=1.0, drop=cfg.power_limit_drop, z_min=0.0,
                                      noise_floor=0.01)
-        verdicts += [NodeVerdict(node, "power", _finding("power", node, vs, ref, group, span, "power limit", "per GPU", _watts) if vs.low else None)
-                     for node, (vs, ref) in judged.items()]
+        verdicts += _verdicts("power", judged, lambda unit, vs, ref: _finding("power", unit, vs, ref, group, span, "power limit", "per GPU", _watts))
     return verdicts
 
 
-def _add(values: list[NodeValue], value: NodeValue | None) -> None:
-    if value is not None:
-        values.append(value)
+def _units(node: str, windows: list[Window], values: list[float | None], min_peers: int) -> list[NodeValue]:
+    """What a node brings to the comparison: its figure (the median of its members), or, with
+    fewer than min_peers members, each member on its own; nothing unless all were measured."""
+    if len(values) >= min_peers:
+        one = node_value(node, values)
+        return [one] if one is not None else []
+    if not values or any(v is None for v in values):
+        return []
+    return [NodeValue(node, v, 1, gpu=(w.latest.uuid, w.latest.index)) for w, v in zip(windows, values)]
+
+
+Explain = Callable[[NodeValue, VsPeers, Robust], Finding]
+
+
+def _verdicts(cause: str, judged: dict[NodeValue, tuple[VsPeers, Robust]], explain: Explain) -> list[NodeVerdict]:
+    """Each node's verdict from its figure. A node judged GPU by GPU: every GPU low (two or
+    more) is the node's finding, as a figure would have found it (a lower limit on the whole
+    node, a switch tray); otherwise each GPU gets its own, and the node's is fine."""
+    out = []
+    by_node: dict[str, list[tuple[NodeValue, VsPeers, Robust]]] = defaultdict(list)
+    for unit, (vs, ref) in judged.items():
+        if unit.gpu is None:
+            out.append(NodeVerdict(unit.node, cause, explain(unit, vs, ref) if vs.low else None))
+        else:
+            by_node[unit.node].append((unit, vs, ref))
+    for node, units in by_node.items():
+        whole = len(units) >= 2 and all(vs.low for _, vs, _ in units)
+        # The least low of them: what every GPU of the node is below.
+        unit, vs, ref = max(units, key=lambda u: u[0].value)
+        out.append(NodeVerdict(node, cause, explain(NodeValue(node, unit.value, len(units)), vs, ref) if whole else None))
+        out += [NodeVerdict(node, cause, explain(u, v, r) if v.low and not whole else None, gpu=u.gpu) for u, v, r in units]
+    return out
 
 
 def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
@@ -91,10 +119,15 @@ def _watts(value: float) -> str:
     return f"{value:.0f} W"
 
 
-def _finding(cause: str, node: str, vs: VsPeers, ref: Robust, group: str, span: dict, what: str, unit: str, fmt) -> Finding:
+def _finding(cause: str, unit: NodeValue, vs: VsPeers, ref: Robust, group: str, span: dict, what: str, per: str, fmt) -> Finding:
     seconds = span["to"] - span["from"]
-    summary = (f"node {node}: {what} {fmt(vs.value)} {unit} vs {fmt(vs.peer_median)}, the median of {ref.n} other nodes of its "
-               f"group ({pct(vs.deviation)}), over the {seconds:.0f} s window aligned across them")
+    if unit.gpu is None:
+        who, others = f"node {unit.node}", f"{ref.n} other nodes of its group"
+    else:
+        who = f"GPU {unit.gpu[1]} of node {unit.node} (too few GPUs of its group there to compare inside the node)"
+        others = f"{ref.n} others of its group (nodes, and GPUs of nodes as small as its own)"
+    summary = f"{who}: {what} {fmt(vs.value)} {per} vs {fmt(vs.peer_median)}, the median of {others} ({pct(vs.deviation)}), " \
+              f"over the {seconds:.0f} s window aligned across them"
     evidence = {
         "metric": {"nvlink": "nvlink_bps", "network": "bps", "power": "power_limit_w"}[cause], "value": vs.value,
         "peer_median": vs.peer_median, "deviation": rnd(vs.deviation), "z": rnd(vs.z, 2), "window": span,

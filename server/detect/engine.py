@@ -286,8 +286,10 @@ class Detector:
                        for node_name, node in cluster.nodes.items() if node.judged_until >= until]
             for verdict in judge_window(members, start, until, self.cfg):
                 findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
-                changes += self._step(node_entity(name, verdict.node), findings, until, frozenset(), cluster=name,
-                                      node=verdict.node, gpu=None, uuid=None, causes=(verdict.cause,))
+                uuid, index = verdict.gpu or (None, None)
+                entity = node_entity(name, verdict.node) if uuid is None else across_gpu_entity(uuid)
+                changes += self._step(entity, findings, until, frozenset(), cluster=name,
+                                      node=verdict.node, gpu=index, uuid=uuid, causes=(verdict.cause,))
         cluster.across_until = until
         return changes
 
@@ -483,6 +485,12 @@ def _run(rule_list, window: Window, peers, cfg: DetectionSettings) -> dict[str, 
 
 def gpu_entity(uuid: str) -> str:
     return f"gpu:{uuid}"
+
+
+def across_gpu_entity(uuid: str) -> str:
+    """A GPU judged against other nodes over aligned windows: a condition of its own, apart from
+    its judgements inside its node (which step every cause of gpu_entity at every instant)."""
+    return f"gpu:{uuid}/across"
 
 
 def nic_entity(cluster: str, node: str, device: str, port: int) -> str:

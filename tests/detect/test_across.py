@@ -9,7 +9,9 @@ import statistics
 import pytest
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, leave_one_out
+from server.detect.across_window import _verdicts
 from server.detect.engine import Detector, NodeInstant
+from server.detect.model import Finding
 from server.detect.persistence import Opened
 from server.detect.settings import DetectionSettings
 from tests.detect.builders import gpu, window
@@ -62,7 +64,7 @@ JUDGE_CASES = [
 @pytest.mark.parametrize("name,values,min_nodes,low", JUDGE_CASES, ids=[c[0] for c in JUDGE_CASES])
 def test_against_other_nodes(name, values, min_nodes, low):
     judged = against_other_nodes(values, min_nodes=min_nodes, min_median=1.0, drop=0.3, z_min=3.0, noise_floor=0.05)
-    assert {node for node, (vs, _) in judged.items() if vs.low} == low
+    assert {unit.node for unit, (vs, _) in judged.items() if vs.low} == low
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -75,8 +77,34 @@ def test_the_others_median_and_spread_are_those_of_the_others(seed):
     for one in values:
         others = [v.value for v in values if v is not one]
         m = statistics.median(others)
-        _, ref = judged[one.node]
+        _, ref = judged[one]
         assert (ref.median, ref.mad, ref.n) == (m, statistics.median(abs(v - m) for v in others), len(others))
+
+
+def gpus_of_small_nodes(*per_node):
+    """Nodes judged GPU by GPU (fewer than min_peers of their group): one unit per GPU."""
+    return [NodeValue(f"n{i}", v, 1, gpu=(f"GPU-n{i}-{g}", g)) for i, values in enumerate(per_node) for g, v in enumerate(values)]
+
+
+SMALL_NODE_CASES = [
+    # (name, GPU values per node, min nodes, (node, GPU index or None) with a finding)
+    ("one GPU of two 40% below the others: that GPU", [(100, 101), (99, 100), (100, 60), (101, 99), (100, 100)], 4, {("n2", 1)}),
+    ("both GPUs of a node below the others: the node", [(100, 101), (99, 100), (60, 61), (101, 99), (100, 100)], 4, {("n2", None)}),
+    ("a node of one GPU below the others: that GPU", [(100,), (99,), (60,), (101,), (100,)], 4, {("n2", 0)}),
+    ("nodes, not GPUs, count toward min_nodes", [(100, 101), (99, 100), (100, 60)], 4, set()),
+    ("a steady fleet: nothing", [(100, 101), (99, 100), (100, 98), (101, 99), (100, 100)], 4, set()),
+]
+
+
+@pytest.mark.parametrize("name,per_node,min_nodes,found", SMALL_NODE_CASES, ids=[c[0] for c in SMALL_NODE_CASES])
+def test_gpus_of_small_nodes_are_judged_each_on_its_own(name, per_node, min_nodes, found):
+    judged = against_other_nodes(gpus_of_small_nodes(*per_node), min_nodes=min_nodes, min_median=1.0, drop=0.3, z_min=3.0,
+                                 noise_floor=0.05)
+    explain = lambda unit, vs, ref: Finding(cause="nvlink", severity="warning", summary=str(unit.value), evidence={})  # noqa: E731
+    verdicts = _verdicts("nvlink", judged, explain)
+    assert {(v.node, v.gpu[1] if v.gpu else None) for v in verdicts if v.finding is not None} == found
+    # Every unit judged has a verdict (a clean one resolves what an earlier window opened).
+    assert len(verdicts) == (len(judged) + len({u.node for u in judged}) if judged else 0)
 
 
 def test_leave_one_out_removes_one_of_equal_values():
@@ -98,8 +126,10 @@ def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float =
     return int(slow * (whole * per_step + inside))
 
 
-def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None):
-    """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None)."""
+def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None, slow_gpu=None, gpu_limit=None):
+    """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None);
+    `slow_gpu`: (node, index) of one GPU moving 40% less over NVLink; `gpu_limit`: (node,
+    index, watts) of one GPU with a limit of its own."""
     items = []
     for n in range(n_nodes):
         node = f"n{n}"
@@ -109,10 +139,12 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
             rows = []
             for g in range(gpus):
                 row = gpu_row(node, g, ts)
-                nv = bursty_nvlink(ts, slow=0.6 if node == slow_node else 1.0)
+                nv = bursty_nvlink(ts, slow=0.6 if node == slow_node or (node, g) == slow_gpu else 1.0)
                 row["nvlink_tx_bytes_total"] = row["nvlink_rx_bytes_total"] = nv // 2
                 if limit_of is not None:
                     row["power_limit_w"] = limit_of(node, ts)
+                if gpu_limit is not None and gpu_limit[:2] == (node, g):
+                    row["power_limit_w"] = gpu_limit[2]
                 rows.append(row)
             items.append(NodeInstant("c", node, {"job": "j"}, ts, rows, []))
             k += 1
@@ -141,6 +173,31 @@ def test_a_whole_node_moving_less_over_nvlink_is_found_against_the_other_nodes()
     assert evidence["deviation"] == pytest.approx(-0.4, abs=0.03)
     assert evidence["window"]["to"] - evidence["window"]["from"] == 60.0 and evidence["window"]["to"] % 60 == 0
     assert evidence["peers"]["count"] == 5
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_one_gpu_of_a_node_with_too_few_of_its_group_moving_less_is_found_against_the_other_nodes(gpus):
+    """Fewer GPUs of a group on a node than min_peers: no peers inside the node, and the median
+    of two would halve one slow GPU's drop. Each is judged on its own, and named."""
+    changes = judge(phased_fleet(gpus=gpus, slow_gpu=("n3", gpus - 1)))
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause, c.node, c.gpu) for c in opened] == [(f"gpu:GPU-n3-{gpus - 1}/across", "nvlink", "n3", gpus - 1)]
+    assert opened[0].change.finding.evidence["deviation"] == pytest.approx(-0.4, abs=0.03)
+    assert opened[0].change.finding.summary.startswith(f"GPU {gpus - 1} of node n3")
+
+
+def test_a_whole_small_node_moving_less_is_the_node():
+    opened = [c for c in judge(phased_fleet(gpus=2, slow_node="n3")) if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause, c.gpu) for c in opened] == [("node:c/n3", "nvlink", None)]
+
+
+def test_one_gpu_of_a_small_node_with_a_lower_power_limit_is_found():
+    opened = [c for c in judge(phased_fleet(8, gpus=2, duration=900, gpu_limit=("n5", 0, 600.0))) if isinstance(c.change, Opened)]
+    assert [(c.cause, c.node, c.gpu) for c in opened] == [("power", "n5", 0)]
+
+
+def test_small_nodes_with_bursty_traffic_at_six_phases_flag_nothing():
+    assert judge(phased_fleet(gpus=2)) == []
 
 
 def port_row(node: str, device: str, ts: float, *, rate: float, bps: float) -> dict:
