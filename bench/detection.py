@@ -688,6 +688,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sync", action="store_true",
                    help="synchronised sampling (the old fleets): every node on one grid, pushed round by round")
     p.add_argument("--faults-per-cause", type=int, default=6)
+    p.add_argument("--gpus-per-node", type=int, default=8,
+                   help="GPUs per node (1-8; fewer than min_peers: GPUs judged only against other nodes)")
     p.add_argument("--fault-free", action="store_true", help="run only the fault-free fleets and report their flags")
     p.add_argument("--no-clean", action="store_true", help="skip the fault-free fleets")
     p.add_argument("--batch-seconds", type=float, default=30.0,
@@ -738,7 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": wall,
         "config": {"nodes": args.nodes, "intervals": intervals, "duration": args.duration, "seed": args.seed, "t0": t0,
                    "faults_per_cause": args.faults_per_cause, "grace": args.grace, "batch_seconds": args.batch_seconds,
-                   "clients": args.clients, "sync": args.sync},
+                   "clients": args.clients, "sync": args.sync,
+                   "gpus_per_node": args.gpus_per_node},
         "runs": runs,
     }
     if args.json:
@@ -758,7 +761,7 @@ def _make_fleets(args: argparse.Namespace, intervals: list[float], t0: float) ->
         def cfg(faults: bool, suffix: str) -> FleetConfig:
             return FleetConfig(nodes=args.nodes, interval=iv, duration=args.duration, seed=args.seed, t0=t0,
                                cluster=f"eval-{iv:g}s{suffix}{tag}", faults=faults, faults_per_cause=args.faults_per_cause,
-                               sync=args.sync)
+                               sync=args.sync, gpus_per_node=args.gpus_per_node)
         faulty = None if args.fault_free else Fleet(cfg(True, ""))
         clean = None if args.no_clean and not args.fault_free else Fleet(cfg(False, "-clean"))
         fleets.append((iv, faulty, clean))
@@ -927,7 +930,7 @@ def _rescore(payload: dict) -> dict:
         truth = [Fault(**f) for f in run["truth"]]
         times = node_times(Fleet(FleetConfig(nodes=cfg["nodes"], interval=run["interval"], duration=cfg["duration"],
                                              seed=cfg["seed"], t0=cfg["t0"], faults_per_cause=cfg["faults_per_cause"],
-                                             sync=cfg.get("sync", True))))
+                                             sync=cfg.get("sync", True), gpus_per_node=cfg.get("gpus_per_node", 8))))
         for key in ("detector", "baseline"):
             eps = run["episodes"].get(key)
             if eps is not None:

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from random import Random
 
-from bench.fleetgen.layout import Layout
+from bench.fleetgen.layout import Layout, NodeSpec
 
 CAUSES = ("thermal", "power", "hw_slowdown", "clock", "nvlink", "pcie", "network", "xid", "ecc", "lost")
 # Causes a fault can have on a node that runs no job (the others need a busy GPU or port).
@@ -155,15 +155,15 @@ def schedule(layout: Layout, *, cluster: str, t0: float, duration: float, interv
                 if concurrent >= limit:
                     continue
             busy_by_node[node.idx].append((start, end))
-            faults += _make(v, n_fault, cluster, node.name, node.model.nvlink_links, ts[k], ts[k_end], rng)
+            faults += _make(v, n_fault, cluster, node, ts[k], ts[k_end], rng)
             break
     faults.sort(key=lambda f: (f.start, f.node, -1 if f.gpu is None else f.gpu))
     return faults
 
 
-def _make(v: Variant, n: int, cluster: str, node: str, links: int, start: float, end: float, rng: Random) -> list[Fault]:
-    fid = f"f{n:03d}"
-    gpu = rng.randrange(8)
+def _make(v: Variant, n: int, cluster: str, spec: NodeSpec, start: float, end: float, rng: Random) -> list[Fault]:
+    fid, node = f"f{n:03d}", spec.name
+    gpu = rng.randrange(spec.gpus)
     nic = f"mlx5_{rng.randrange(8)}"
     param = {
         "hw_thermal": 0.5, "sw_thermal": 0.8, "hot": 0.92,
@@ -179,7 +179,7 @@ def _make(v: Variant, n: int, cluster: str, node: str, links: int, start: float,
         "xid79": 79, "xid48": 48, "xid74": 74, "xid94": 94, "xid119": 119,
     }.get(v.name, 0.0)
     if v.node_wide:
-        return [Fault(f"{fid}/g{g}", cluster, node, g, None, v.cause, v.name, v.subtle, start, end, param) for g in range(8)]
+        return [Fault(f"{fid}/g{g}", cluster, node, g, None, v.cause, v.name, v.subtle, start, end, param) for g in range(spec.gpus)]
     if v.nic:
         return [Fault(fid, cluster, node, None, nic, v.cause, v.name, v.subtle, start, end, param)]
     return [Fault(fid, cluster, node, gpu, None, v.cause, v.name, v.subtle, start, end, param)]

@@ -29,6 +29,9 @@ class FleetConfig:
     cluster: str = "eval"
     faults: bool = True  # False: the same fleet (same layout, same noise) with nothing injected
     faults_per_cause: int = 6
+    # Fewer than min_peers (cloud VMs of 1 or 2 GPUs, 4-GPU nodes): GPUs without peers inside
+    # their node, judged only against other nodes.
+    gpus_per_node: int = 8
     # True: every node samples on the grid t0 + k × interval and every node's batch is pushed
     # at once, round by round, with no agent outage (the kind fleets of old). The fleet's world
     # (jobs, pauses, churn, resets, faults) is the same either way.
@@ -54,7 +57,7 @@ class Fleet:
         if cfg.interval <= 0 or cfg.duration < cfg.interval or cfg.nodes < 1:
             raise ValueError("need nodes >= 1 and duration >= interval > 0")
         rng = Random(f"{cfg.seed}:layout")
-        self.layout = make_layout(cfg.nodes, cfg.duration, rng)
+        self.layout = make_layout(cfg.nodes, cfg.duration, rng, gpus_per_node=cfg.gpus_per_node)
         add_churn(self.layout.nodes, self.layout.jobs, cfg.duration, rng, repause=lambda job: pauses(job, cfg.duration, rng))
         self.phases, self.times = [], []
         for spec in self.layout.nodes:

@@ -72,6 +72,7 @@ class NodeSpec:
     gpu_reset: float | None = None  # GPU reset / driver reload: every NVML counter restarts from zero
     ib_reset: tuple[str, float] | None = None  # (port, offset): that port's counters restart from zero
     outage: tuple[float, float] | None = None  # its agent cannot push in this span; it spools
+    gpus: int = 8  # GPUs of the node (all of its job's, like its ports)
 
     @property
     def partition(self) -> str:
@@ -112,11 +113,13 @@ class Layout:
     jobs: list[Job]
 
 
-def make_layout(n_nodes: int, duration: float, rng: Random) -> Layout:
+def make_layout(n_nodes: int, duration: float, rng: Random, *, gpus_per_node: int = 8) -> Layout:
     """Half H100, a quarter H200, a quarter A100 (contiguous blocks, as racks are bought);
     about one idle node in twelve; jobs of 3-6 nodes of one model, one job mixing A100 and
     H100 nodes. The churn (bench/fleetgen/churn.py) is drawn on top of it, from the same rng."""
     nodes = _racked_nodes(_models(n_nodes), rng)
+    for node in nodes:
+        node.gpus = gpus_per_node
     groups = _job_groups(nodes, _idle_nodes(nodes), rng)
     jobs = []
     for j, members in enumerate(groups):

@@ -109,7 +109,7 @@ class NodeSim:
             self.fault_mid[f.id] = times[min(len(times) - 1, k0 + (k1 - k0) // 2)]
         m = self.model
         self.gpus: list[_Gpu] = []
-        for i in range(8):
+        for i in range(spec.gpus):
             g = _Gpu()
             g.index = i
             g.uuid = _uid(seed, cluster, spec.name, i)
@@ -163,7 +163,7 @@ class NodeSim:
                     events.setdefault(int(t / self.dt), []).append((kind, who, rng.random()))
                     last = t
 
-        for g in range(8):
+        for g in range(self.spec.gpus):
             for kind, rate in GPU_NOISE_PER_H.items():
                 process(rate, kind, g)
         for n in range(NICS):

@@ -539,3 +539,16 @@ def test_time_to_detect_counts_the_nodes_own_samples():
                    "onset": f.start, "detected_at": second, "evidence": {"device": f.nic} if f.nic else {}}
         sc = score([f], [episode], interval=fleet.cfg.interval, grace=120.0, times=times)
         assert sc["overall"]["ttd"] == [2]
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_nodes_of_fewer_gpus_report_them_and_faults_stay_on_them(gpus):
+    fleet = Fleet(FleetConfig(**{**SMALL.__dict__, "gpus_per_node": gpus}))
+    counts = {len(sample["gpus"]) for _, body in fleet.batches(6) for sample in body["samples"]}
+    assert max(counts) == gpus and min(counts) >= gpus - 1  # one fewer: a GPU lost (a fault)
+    assert fleet.truth and all(f.gpu is None or 0 <= f.gpu < gpus for f in fleet.truth)
+    node_wide = defaultdict(set)
+    for f in fleet.truth:
+        if f.variant == "node_brake":
+            node_wide[f.id.split("/")[0]].add(f.gpu)
+    assert all(found == set(range(gpus)) for found in node_wide.values())
