@@ -39,6 +39,7 @@ class NodeValue:
     value: float
     members: int
     gpu: tuple[str, int] | None = None
+    judged: bool = True  # False: part of the others' reference only
 
 
 def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, steady: str = "busy") -> float | None:
@@ -89,6 +90,8 @@ def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_medi
     deviations: dict[float, list[float]] = {}  # by the others' median (a few distinct ones): |v - m|, sorted
     out = {}
     for one in values:
+        if not one.judged:
+            continue
         m = leave_one_out(ordered, one.value)
         if m < min_median:
             continue

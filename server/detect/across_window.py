@@ -35,8 +35,10 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
     nvlink: dict[str, list[NodeValue]] = defaultdict(list)
     limits: dict[str, list[NodeValue]] = defaultdict(list)
     ports: dict[str, list[NodeValue]] = defaultdict(list)
+    gpu_groups: dict[str, list[tuple[str, list[Window]]]] = defaultdict(list)
     for members in nodes:
         for group, windows in _by_group(members.gpus, end).items():
+            gpu_groups[group].append((members.node, windows))
             nvlink[group] += _units(members.node, windows, [aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows], cfg.min_peers)
             limits[group] += _units(members.node, windows, [_limit_at(w, start, end) for w in windows], cfg.min_peers)
         for group, windows in _by_group(members.ports, end).items():
@@ -57,7 +59,41 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=1.0, drop=cfg.power_limit_drop, z_min=0.0,
                                      noise_floor=0.01)
         verdicts += _verdicts("power", judged, lambda unit, vs, ref: _finding("power", unit, vs, ref, group, span, "power limit", "per GPU", _watts))
+    for group, members in gpu_groups.items():
+        if all(len(windows) >= cfg.min_peers for _, windows in members):
+            continue  # every GPU has peers inside its node: the clock rule judges it there, at once
+        judged = against_other_nodes(_free_clock_units(members, start, end, cfg.min_peers), min_nodes=cfg.across_min_nodes,
+                                     min_median=0.0, drop=cfg.clock_drop, z_min=cfg.clock_z, noise_floor=cfg.clock_noise_floor)
+        verdicts += _verdicts("clock", judged, lambda unit, vs, ref: _finding("clock", unit, vs, ref, group, span, "SM clock with nothing "
+                                                                      "holding it down at best", "of max", _percent))
     return verdicts
+
+
+def _free_clock_units(members: list[tuple[str, list[Window]]], start: float, end: float, min_peers: int) -> list[NodeValue]:
+    """Each GPU's best free clock in the window (server/detect/model.py `free_clock`): GPUs of
+    nodes with fewer than min_peers of the group are judged, the others are their reference."""
+    units = []
+    for node, windows in members:
+        small = len(windows) < min_peers
+        for w in windows:
+            best = _best_free_clock(w, start, end)
+            if best is not None:
+                units.append(NodeValue(node, best, 1, gpu=(w.latest.uuid, w.latest.index), judged=small))
+    return units
+
+
+def _best_free_clock(window: Window, start: float, end: float) -> float | None:
+    """The highest free clock of the window's samples in (start, end], when the GPU was busy at
+    every one of them (a pause's edges ramp the clock with no reason bit) and free at one."""
+    items = window.items
+    inside = items[bisect_right(items, start, key=ts_of):bisect_right(items, end, key=ts_of)]
+    if not inside or not all(o.busy for o in inside):
+        return None
+    return max((o.free_clock for o in inside if o.free_clock is not None), default=None)
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.0f}%"
 
 
 def _units(node: str, windows: list[Window], values: list[float | None], min_peers: int) -> list[NodeValue]:
@@ -129,7 +165,7 @@ def _finding(cause: str, unit: NodeValue, vs: VsPeers, ref: Robust, group: str, 
     summary = f"{who}: {what} {fmt(vs.value)} {per} vs {fmt(vs.peer_median)}, the median of {others} ({pct(vs.deviation)}), " \
               f"over the {seconds:.0f} s window aligned across them"
     evidence = {
-        "metric": {"nvlink": "nvlink_bps", "network": "bps", "power": "power_limit_w"}[cause], "value": vs.value,
+        "metric": {"nvlink": "nvlink_bps", "network": "bps", "power": "power_limit_w", "clock": "free_clock"}[cause], "value": vs.value,
         "peer_median": vs.peer_median, "deviation": rnd(vs.deviation), "z": rnd(vs.z, 2), "window": span,
         "peers": {"scope": f"nodes of peer group {group}, window aligned across them", "count": ref.n, "median": ref.median,
                   "mad": ref.mad, "steady": "every member busy at each of its samples in the window, no counter reset"},

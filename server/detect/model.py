@@ -60,6 +60,20 @@ def _sm_clock_ratio(self) -> float | None:
     return self.sm_clock_mhz / self.sm_clock_max_mhz
 
 
+# Reasons that hold a busy GPU's clock down by design; without any of them it runs at its
+# boost clock, whatever phase of its job's step it is in.
+HOLDS_CLOCK = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+
+
+def _free_clock(self) -> float | None:
+    """The SM clock ratio of a busy GPU that nothing holds down (no power, thermal or slowdown
+    reason); None otherwise. Unlike the clock itself this does not depend on when in a step it
+    was read, so GPUs of different nodes compare (server/detect/across_window.py)."""
+    if not self.busy or (self.clocks_event_reasons or 0) & HOLDS_CLOCK:
+        return None
+    return self.sm_clock_ratio
+
+
 def copied_readings(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
     """The readings an observation carries as stored (agent/fields.py `detect`)."""
     return tuple(r for r in readings if r.detect)
@@ -95,7 +109,7 @@ GpuObs = _observation(
     [("xids", tuple[int, ...], ()),
      ("workload", str | None, None),  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
      ("job", str | None, None)],  # that workload's job name ("llm-a"), for filtering
-    namespace={"busy": property(_busy), "sm_clock_ratio": property(_sm_clock_ratio)},
+    namespace={"busy": property(_busy), "sm_clock_ratio": property(_sm_clock_ratio), "free_clock": property(_free_clock)},
 )
 # One IB/RoCE port at one sample instant; rates per second over the previous sample.
 NicObs = _observation(
@@ -225,6 +239,7 @@ class GpuPast(msgspec.Struct, gc=False):
     busy: bool
     nvlink_bps: float | None
     power_limit_w: float | None
+    free_clock: float | None
     errors: GpuErrors | None = None
 
     pcie_replay_per_s = _moved(GpuErrors, "pcie_replay_per_s")
@@ -253,7 +268,7 @@ def gpu_past(obs) -> GpuPast:
     errors = None
     if obs.pcie_replay_per_s or obs.nvlink_crc_per_s or obs.nvlink_replay_per_s or obs.nvlink_recovery_per_s:
         errors = GpuErrors(obs.pcie_replay_per_s, obs.nvlink_crc_per_s, obs.nvlink_replay_per_s, obs.nvlink_recovery_per_s)
-    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, errors)
+    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, obs.free_clock, errors)
 
 
 def nic_past(obs) -> NicPast:

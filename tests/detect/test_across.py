@@ -11,7 +11,7 @@ import pytest
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, leave_one_out
 from server.detect.across_window import _verdicts
 from server.detect.engine import Detector, NodeInstant
-from server.detect.model import Finding
+from server.detect.model import SW_POWER_CAP, Finding
 from server.detect.persistence import Opened
 from server.detect.settings import DetectionSettings
 from tests.detect.builders import gpu, window
@@ -126,10 +126,14 @@ def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float =
     return int(slow * (whole * per_step + inside))
 
 
-def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None, slow_gpu=None, gpu_limit=None):
+def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None, slow_gpu=None, gpu_limit=None,
+                 clock_fault=None):
     """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None);
     `slow_gpu`: (node, index) of one GPU moving 40% less over NVLink; `gpu_limit`: (node,
-    index, watts) of one GPU with a limit of its own."""
+    index, watts) of one GPU with a limit of its own. Clocks follow the step: held at 90% by
+    the SW power cap while computing, boost with no reason while communicating;
+    `clock_fault`: (node, index, factor) of a GPU whose clock is that much lower, with no
+    reason bit (as fleetgen's clock faults)."""
     items = []
     for n in range(n_nodes):
         node = f"n{n}"
@@ -145,6 +149,10 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
                     row["power_limit_w"] = limit_of(node, ts)
                 if gpu_limit is not None and gpu_limit[:2] == (node, g):
                     row["power_limit_w"] = gpu_limit[2]
+                computing = ts % 7.3 < 7.3 * 0.7  # bursty_nvlink's step
+                row["sm_clock_mhz"], row["clocks_event_reasons"] = (1782, SW_POWER_CAP) if computing else (1980, 0)
+                if clock_fault is not None and clock_fault[:2] == (node, g):
+                    row["sm_clock_mhz"], row["clocks_event_reasons"] = int(row["sm_clock_mhz"] * clock_fault[2]), 0
                 rows.append(row)
             items.append(NodeInstant("c", node, {"job": "j"}, ts, rows, []))
             k += 1
@@ -198,6 +206,25 @@ def test_one_gpu_of_a_small_node_with_a_lower_power_limit_is_found():
 
 def test_small_nodes_with_bursty_traffic_at_six_phases_flag_nothing():
     assert judge(phased_fleet(gpus=2)) == []
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_gpu_of_a_small_node_clocked_low_with_no_reason_is_found_against_the_free_clocks_of_other_nodes(gpus):
+    """Clocks read at different moments of a step differ by design (the power cap holds the
+    compute phase down), so a clock is only compared inside its node. A busy GPU's clock with
+    no reason holding it down is its boost clock at any moment: that compares across nodes."""
+    changes = judge(phased_fleet(gpus=gpus, clock_fault=("n2", 0, 0.85)))
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause, c.node, c.gpu) for c in opened] == [("gpu:GPU-n2-0/across", "clock", "n2", 0)]
+    evidence = opened[0].change.finding.evidence
+    assert evidence["metric"] == "free_clock" and evidence["deviation"] == pytest.approx(-0.15, abs=0.01)
+
+
+def test_free_clocks_of_small_nodes_at_six_phases_flag_nothing_and_big_nodes_are_left_to_their_own():
+    assert judge(phased_fleet(gpus=2)) == []
+    # Four GPUs a node: the clock rule inside the node finds it (at once), not this one.
+    opened = [c for c in judge(phased_fleet(gpus=4, clock_fault=("n2", 0, 0.85))) if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause) for c in opened] == [("gpu:GPU-n2-0", "clock")]
 
 
 def port_row(node: str, device: str, ts: float, *, rate: float, bps: float) -> dict:
