@@ -180,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-free", action="store_true")
     p.add_argument("--orders", action="store_true", help="judge each fleet in the four arrival orders and compare")
     p.add_argument("--sync", action="store_true", help="synchronised sampling (the old fleets)")
+    p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--show", type=int, default=8)
     p.add_argument("--by-cause", action="store_true")
     args = p.parse_args(argv)
     rc = 0
     for seed in (int(s) for s in args.seeds.split(",")):
         cfg = FleetConfig(nodes=args.nodes, interval=args.interval, duration=args.duration, seed=seed, faults=not args.fault_free,
+                          gpus_per_node=args.gpus_per_node,
                           **({"sync": True} if args.sync else {}))
         fleet = Fleet(cfg)
         bodies = samples_of(fleet, max(1, int(30 / args.interval)))

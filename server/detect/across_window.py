@@ -31,19 +31,52 @@ class NodeVerdict:
     gpu: tuple[str, int] | None = None  # (uuid, index): a GPU judged on its own (a node with too few of its group)
 
 
-def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
+@dataclass(frozen=True, slots=True)
+class GroupMeasures:
+    """What one node's GPUs of one group measured over one window (None: not measurable)."""
+
+    gpus: tuple[tuple[str, int], ...]  # (uuid, index), in the order of the values
+    nvlink: tuple[float | None, ...]
+    limits: tuple[float | None, ...]
+    free_clocks: tuple[float | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMeasures:
+    """A node's share of one window, taken as soon as the node is judged past its end: it reads
+    nothing but the node's own samples, so it is the same whenever the other nodes arrive, and
+    the window can wait for late nodes without keeping everyone's samples."""
+
+    node: str
+    gpus: dict[str, GroupMeasures]
+    ports: dict[str, tuple[float | None, ...]]
+
+
+def measure(members: NodeMembers, start: float, end: float) -> NodeMeasures:
+    gpus = {}
+    for group, windows in _by_group(members.gpus, end).items():
+        gpus[group] = GroupMeasures(tuple((w.latest.uuid, w.latest.index) for w in windows),
+                                    tuple(aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows),
+                                    tuple(_limit_at(w, start, end) for w in windows),
+                                    tuple(_best_free_clock(w, start, end) for w in windows))
+    ports = {group: tuple(aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows)
+             for group, windows in _by_group(members.ports, end).items()}
+    return NodeMeasures(members.node, gpus, ports)
+
+
+def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
     nvlink: dict[str, list[NodeValue]] = defaultdict(list)
     limits: dict[str, list[NodeValue]] = defaultdict(list)
     ports: dict[str, list[NodeValue]] = defaultdict(list)
-    gpu_groups: dict[str, list[tuple[str, list[Window]]]] = defaultdict(list)
-    for members in nodes:
-        for group, windows in _by_group(members.gpus, end).items():
-            gpu_groups[group].append((members.node, windows))
-            nvlink[group] += _units(members.node, windows, [aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows], cfg.min_peers)
-            limits[group] += _units(members.node, windows, [_limit_at(w, start, end) for w in windows], cfg.min_peers)
-        for group, windows in _by_group(members.ports, end).items():
+    gpu_groups: dict[str, list[tuple[str, GroupMeasures]]] = defaultdict(list)
+    for m in measures:
+        for group, g in m.gpus.items():
+            gpu_groups[group].append((m.node, g))
+            nvlink[group] += _units(m.node, g.gpus, g.nvlink, cfg.min_peers)
+            limits[group] += _units(m.node, g.gpus, g.limits, cfg.min_peers)
+        for group, values in m.ports.items():
             # Ports are a node's, whatever their number: their figure is the node's.
-            ports[group] += _units(members.node, windows, [aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows], 0)
+            ports[group] += _units(m.node, (), values, 0)
     verdicts = []
     span = {"from": start, "to": end}
     for group, values in nvlink.items():
@@ -60,25 +93,22 @@ def judge_window(nodes: Iterable[NodeMembers], start: float, end: float, cfg: De
                                      noise_floor=0.01)
         verdicts += _verdicts("power", judged, lambda unit, vs, ref: _finding("power", unit, vs, ref, group, span, "power limit", "per GPU", _watts))
     for group, members in gpu_groups.items():
-        if all(len(windows) >= cfg.min_peers for _, windows in members):
+        if all(len(g.gpus) >= cfg.min_peers for _, g in members):
             continue  # every GPU has peers inside its node: the clock rule judges it there, at once
-        judged = against_other_nodes(_free_clock_units(members, start, end, cfg.min_peers), min_nodes=cfg.across_min_nodes,
+        judged = against_other_nodes(_free_clock_units(members, cfg.min_peers), min_nodes=cfg.across_min_nodes,
                                      min_median=0.0, drop=cfg.clock_drop, z_min=cfg.clock_z, noise_floor=cfg.clock_noise_floor)
         verdicts += _verdicts("clock", judged, lambda unit, vs, ref: _finding("clock", unit, vs, ref, group, span, "SM clock with nothing "
                                                                       "holding it down at best", "of max", _percent))
     return verdicts
 
 
-def _free_clock_units(members: list[tuple[str, list[Window]]], start: float, end: float, min_peers: int) -> list[NodeValue]:
+def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) -> list[NodeValue]:
     """Each GPU's best free clock in the window (server/detect/model.py `free_clock`): GPUs of
     nodes with fewer than min_peers of the group are judged, the others are their reference."""
     units = []
-    for node, windows in members:
-        small = len(windows) < min_peers
-        for w in windows:
-            best = _best_free_clock(w, start, end)
-            if best is not None:
-                units.append(NodeValue(node, best, 1, gpu=(w.latest.uuid, w.latest.index), judged=small))
+    for node, g in members:
+        small = len(g.gpus) < min_peers
+        units += [NodeValue(node, best, 1, gpu=gpu, judged=small) for gpu, best in zip(g.gpus, g.free_clocks) if best is not None]
     return units
 
 
@@ -96,7 +126,7 @@ def _percent(ratio: float) -> str:
     return f"{ratio * 100:.0f}%"
 
 
-def _units(node: str, windows: list[Window], values: list[float | None], min_peers: int) -> list[NodeValue]:
+def _units(node: str, gpus: tuple[tuple[str, int], ...], values: tuple[float | None, ...], min_peers: int) -> list[NodeValue]:
     """What a node brings to the comparison: its figure (the median of its members), or, with
     fewer than min_peers members, each member on its own; nothing unless all were measured."""
     if len(values) >= min_peers:
@@ -104,7 +134,7 @@ def _units(node: str, windows: list[Window], values: list[float | None], min_pee
         return [one] if one is not None else []
     if not values or any(v is None for v in values):
         return []
-    return [NodeValue(node, v, 1, gpu=(w.latest.uuid, w.latest.index)) for w, v in zip(windows, values)]
+    return [NodeValue(node, v, 1, gpu=gpu) for gpu, v in zip(gpus, values)]
 
 
 Explain = Callable[[NodeValue, VsPeers, Robust], Finding]

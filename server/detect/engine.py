@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from server.detect import rules
-from server.detect.across_window import NodeMembers, judge_window
+from server.detect.across_window import NodeMeasures, NodeMembers, judge_window, measure
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
@@ -105,6 +105,8 @@ class _Nic(msgspec.Struct, gc=False, eq=False):
 class _Node:
     latest_ts: float
     judged_until: float = NEVER
+    first_judged: float | None = None
+    measured_until: float = NEVER  # end of the last aligned window it measured (across_window.measure)
     pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     nics: set[str] = field(default_factory=set)
@@ -117,6 +119,9 @@ class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
     max_ts: float = NEVER
     across_until: float | None = None  # end of the last aligned window judged nodes against nodes
+    measures: dict[float, dict[str, NodeMeasures]] = field(default_factory=dict)  # windows not yet judged, by end, by node
+    resumed_until: float = NEVER  # the latest instant a node had been judged to before a restart
+    first_ts: float = math.inf  # its earliest sample seen
     swept_at: float = NEVER  # max_ts at the last sweep for silent nodes
     waiting: set[str] = field(default_factory=set)  # nodes with samples pending
 
@@ -226,6 +231,7 @@ class Detector:
         state.judged_until = max(state.judged_until, judged_until)
         state.latest_ts = max(state.latest_ts, judged_until)
         self.clusters[cluster].max_ts = max(self.clusters[cluster].max_ts, judged_until)
+        self.clusters[cluster].resumed_until = max(self.clusters[cluster].resumed_until, judged_until)
 
     def mark_open(self, *, entity: str, cause: str, severity: str) -> None:
         """An episode found open in storage (after a restart) keeps its condition open."""
@@ -242,6 +248,10 @@ class Detector:
                 for ts in sorted(node.pending):
                     changes.extend(self._judge_node_instant(node, node.pending[ts]))
                     node.judged_until = ts
+                    if node.first_judged is None:
+                        node.first_judged = ts
+                    if ts - node.measured_until >= self.cfg.across_window_s:
+                        self._measure(cluster, node_name, node, ts)
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
             cluster.waiting.clear()
@@ -267,30 +277,52 @@ class Detector:
                 self.nics.pop(key, None)
             self.namesakes.forget(f"{name}/{node_name}")
 
+    def _measure(self, cluster: _Cluster, name: str, node: _Node, ts: float) -> None:
+        """The node's share of every aligned window it has just been judged past (one, as a rule)
+        that is not judged yet and whose samples it still holds."""
+        width = self.cfg.across_window_s
+        last = math.floor(ts / width) * width
+        if cluster.across_until is None:
+            cluster.across_until = math.floor(max(node.first_judged, cluster.resumed_until) / width) * width
+        end = max(cluster.across_until, node.measured_until, math.floor((ts - self.keep_s) / width) * width + width) + width
+        members = None
+        while end <= last:
+            if members is None:
+                members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
+            cluster.measures.setdefault(end, {})[name] = measure(members, end - width, end)
+            end += width
+        node.measured_until = max(node.measured_until, last)
+
+    def _starting(self, cluster: _Cluster, until: float) -> bool:
+        """Whether a window falls in the cluster's first lateness allowance (not resumed from
+        storage): which nodes it has is not known yet (the first pushes arrive in any order),
+        so its windows wait for the whole allowance."""
+        return cluster.resumed_until == NEVER and until < cluster.first_ts + self.cfg.lateness_s
+
     def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
-        node still reporting has been judged past the window's end."""
-        width = self.cfg.across_window_s
-        ready = min((n.judged_until for n in cluster.nodes.values() if n.latest_ts >= cluster.max_ts - self.cfg.stale_after_s),
-                    default=NEVER)
-        if ready == NEVER:
-            return []
-        if cluster.across_until is None:
-            cluster.across_until = math.floor(ready / width) * width
-        # Windows beyond the lateness allowance are not judged any more.
-        until = max(cluster.across_until, math.floor((cluster.max_ts - self.cfg.lateness_s) / width) * width)
+        node that may still bring its share has (or the lateness allowance has run out): the same
+        windows with the same nodes in them, whatever order the nodes' samples arrive in."""
+        width, lateness = self.cfg.across_window_s, self.cfg.lateness_s
         changes = []
-        while until + width <= ready:
-            start, until = until, until + width
-            members = [NodeMembers(node_name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
-                       for node_name, node in cluster.nodes.items() if node.judged_until >= until]
-            for verdict in judge_window(members, start, until, self.cfg):
+        while cluster.across_until is not None:
+            start = cluster.across_until
+            until = start + width
+            if until > cluster.max_ts:
+                break
+            if cluster.max_ts < until + lateness and (self._starting(cluster, until)
+                                                      or any(_awaited(node, until, lateness) for node in cluster.nodes.values())):
+                break
+            cluster.across_until = until
+            measured = cluster.measures.pop(until, None)
+            if not measured:
+                continue
+            for verdict in judge_window([measured[n] for n in sorted(measured)], start, until, self.cfg):
                 findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
                 uuid, index = verdict.gpu or (None, None)
                 entity = node_entity(name, verdict.node) if uuid is None else across_gpu_entity(uuid)
                 changes += self._step(entity, findings, until, frozenset(), cluster=name,
                                       node=verdict.node, gpu=index, uuid=uuid, causes=(verdict.cause,))
-        cluster.across_until = until
         return changes
 
     def _node(self, item: NodeInstant) -> _Node:
@@ -300,6 +332,7 @@ class Detector:
             node = cluster.nodes[item.node] = _Node(latest_ts=item.ts)
         node.latest_ts = max(node.latest_ts, item.ts)
         cluster.max_ts = max(cluster.max_ts, item.ts)
+        cluster.first_ts = min(cluster.first_ts, item.ts)
         return node
 
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
@@ -465,6 +498,12 @@ class Detector:
             cond = conditions[cause] = Condition(n=cfg.window_n, k=cfg.window_k, clear_after=cfg.clear_after,
                                                  clear_after_s=cfg.clear_after_s, open_after_s=cfg.open_after_s)
         return cond
+
+
+def _awaited(node: _Node, end: float, lateness: float) -> bool:
+    """Whether a window ending at `end` waits for this node: judged to before its end, and heard
+    from within the lateness allowance before it (a node silent longer is gone, not late)."""
+    return node.judged_until < end and node.latest_ts >= end - lateness
 
 
 def _by_group(observations: list) -> dict[str, list]:

@@ -160,8 +160,10 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
     return items
 
 
-def judge(items):
-    det = Detector(DetectionSettings())
+def judge(items, cfg=None):
+    # A cluster's windows wait out its first lateness allowance (which nodes it has is not known
+    # before: test_arrival_orders.py); these fleets last minutes, so the allowance is short.
+    det = Detector(cfg or DetectionSettings(lateness_s=120))
     changes = []
     for item in items:
         det.add(item)
@@ -225,6 +227,20 @@ def test_free_clocks_of_small_nodes_at_six_phases_flag_nothing_and_big_nodes_are
     # Four GPUs a node: the clock rule inside the node finds it (at once), not this one.
     opened = [c for c in judge(phased_fleet(gpus=4, clock_fault=("n2", 0, 0.85))) if isinstance(c.change, Opened)]
     assert [(c.entity, c.cause) for c in opened] == [("gpu:GPU-n2-0", "clock")]
+
+
+def test_a_new_clusters_windows_wait_out_the_lateness_allowance():
+    """Before a cluster's first lateness_s has passed, which nodes it has is not known (their
+    first pushes arrive in any order): its windows are judged once that much sample time is
+    past their end, with every node that came in the meantime."""
+    cfg = DetectionSettings(lateness_s=300)
+    opened = lambda items: [(c.entity, c.cause, c.change.onset, c.change.detected_at)  # noqa: E731
+                            for c in judge(items, cfg) if isinstance(c.change, Opened)]
+    assert opened(phased_fleet(slow_node="n3", duration=400)) == []
+    found = opened(phased_fleet(slow_node="n3", duration=900))
+    # Judged once the allowance had passed, but as of the windows' own ends (sample time).
+    assert [(e, c) for e, c, _, _ in found] == [("node:c/n3", "nvlink")]
+    assert found[0][3] < 1000.0 + 300
 
 
 def port_row(node: str, device: str, ts: float, *, rate: float, bps: float) -> dict:

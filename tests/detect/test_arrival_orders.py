@@ -31,9 +31,24 @@ def test_instant_by_instant_finds_the_faults(fleet_bodies):
     assert {e["cause"] for e in episodes} == set(CAUSES)
 
 
-@pytest.mark.parametrize("order", ["node by node in 10-minute blocks", "one node held back 10 minutes", "random batches up to 5 minutes late"])
-def test_arrival_order_gives_identical_episodes(fleet_bodies, order):
-    fleet, bodies, episodes = fleet_bodies
+@pytest.fixture(scope="module")
+def small_node_bodies():
+    """Nodes of two GPUs: every GPU is judged against other nodes, over windows aligned across
+    them, which wait for late nodes (not one node's samples judged against whoever came first)."""
+    fleet = Fleet(FleetConfig(nodes=24, interval=5.0, duration=2700.0, seed=3, faults_per_cause=4, gpus_per_node=2))
+    bodies = samples_of(fleet, 6)
+    episodes = judge(instant_by_instant(bodies))
+    assert sum(e["entity"].endswith("/across") for e in episodes) >= 3, "the fleet must hold findings across nodes"
+    return fleet, bodies, episodes
+
+
+ORDERS = ["node by node in 10-minute blocks", "one node held back 10 minutes", "random batches up to 5 minutes late"]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("which", ["fleet_bodies", "small_node_bodies"])
+def test_arrival_order_gives_identical_episodes(request, which, order):
+    fleet, bodies, episodes = request.getfixturevalue(which)
     nodes = sorted({b["node"] for b in bodies})
     arranged = {
         "node by node in 10-minute blocks": lambda: node_by_node(bodies),
