@@ -12,8 +12,9 @@ sit far below those of `llm-pretrain` (job 4101), which runs uncapped.
     then         a thermal fault on node 5 GPU 5 (a 4102 GPU, after the move)
 
 Clocks are compared among a node's GPUs of one peer group; power limits (and NVLink, ports)
-between the nodes of a peer group over aligned windows, here 10 s instead of 60 s so that
-several windows, one across the move, are judged within the test.
+between the nodes of a peer group over aligned windows, here 10 s instead of 60 s (and a
+lateness allowance of 10 s, which a new cluster's windows wait out) so that several windows,
+one across the move, are judged within the test.
 
 With attribution on, the agents tell the detector which job each GPU runs, the peer groups
 follow the jobs, and the one episode is the injected fault, named by its job. The same
@@ -139,7 +140,8 @@ def _wait_episode(url: str, since: float, node: str, gpu: int, timeout: float) -
 
 def _settings(tmp_path) -> Settings:
     return Settings(database_url=f"sqlite:///{tmp_path / 'laggard.db'}", insecure=True,
-                    detection=DetectionSettings(open_after_s=2.0, across_window_s=10.0), detection_poll_s=0.1)
+                    # A new cluster's windows across nodes wait out its lateness allowance: 10 s here.
+                    detection=DetectionSettings(open_after_s=2.0, across_window_s=10.0, lateness_s=10.0), detection_poll_s=0.1)
 
 
 def run_scenario(tmp_path, *, attribution: bool) -> tuple[list[dict], dict]:
