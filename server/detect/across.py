@@ -11,7 +11,9 @@ part of each interval inside the window), as Prometheus' rate() does over a rang
 sampling intervals long, the error interpolation makes inside one interval is a small part of
 the window, whatever a node's phase. Gauges are not compared across nodes: a clock read in a
 compute phase and one read in a communication phase differ by design (the power cap), and no
-interpolation fixes that; power limits are settings, not readings, and are.
+interpolation fixes that; power limits are settings, not readings, and are, and so is the
+free clock (a busy GPU's clock with no reason holding it down: its boost clock at any moment),
+for GPUs of nodes too small to compare them inside (server/detect/across_window.py).
 
 A node takes part in a window only if steady: every GPU of the group busy at every sample
 inside the window (a checkpoint, an evaluation, a job starting or resizing make a group

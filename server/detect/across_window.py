@@ -1,5 +1,6 @@
 """One aligned window of one cluster, nodes against nodes (server/detect/across.py): which
-findings each node gets for NVLink throughput, port throughput and power limits."""
+findings each node (or GPU of a node too small for peers inside it) gets for NVLink throughput,
+port throughput, power limits and free clocks."""
 
 from __future__ import annotations
 
@@ -55,10 +56,11 @@ class NodeMeasures:
 def measure(members: NodeMembers, start: float, end: float) -> NodeMeasures:
     gpus = {}
     for group, windows in _by_group(members.gpus, end).items():
+        busy = [_busy_inside(w, start, end) for w in windows]  # read twice below: sliced once
         gpus[group] = GroupMeasures(tuple((w.latest.uuid, w.latest.index) for w in windows),
                                     tuple(aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows),
-                                    tuple(_limit_at(w, start, end) for w in windows),
-                                    tuple(_best_free_clock(w, start, end) for w in windows))
+                                    tuple(inside[-1].power_limit_w if inside else None for inside in busy),
+                                    tuple(_best_free_clock(inside) for inside in busy))
     ports = {group: tuple(aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows)
              for group, windows in _by_group(members.ports, end).items()}
     return NodeMeasures(members.node, gpus, ports)
@@ -112,12 +114,10 @@ def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) 
     return units
 
 
-def _best_free_clock(window: Window, start: float, end: float) -> float | None:
-    """The highest free clock of the window's samples in (start, end], when the GPU was busy at
-    every one of them (a pause's edges ramp the clock with no reason bit) and free at one."""
-    items = window.items
-    inside = items[bisect_right(items, start, key=ts_of):bisect_right(items, end, key=ts_of)]
-    if not inside or not all(o.busy for o in inside):
+def _best_free_clock(inside: list | None) -> float | None:
+    """The highest free clock of a window's busy samples (`_busy_inside`: a pause's edges ramp
+    the clock with no reason bit), when one of them was free."""
+    if not inside:
         return None
     return max((o.free_clock for o in inside if o.free_clock is not None), default=None)
 
@@ -172,13 +172,14 @@ def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
     return groups
 
 
-def _limit_at(window: Window, start: float, end: float) -> float | None:
-    """The power limit through the window, when the GPU was busy at every sample in it."""
+def _busy_inside(window: Window, start: float, end: float) -> list | None:
+    """The GPU's samples in (start, end] when it was busy at every one of them (what its power
+    limit through the window and its free clock are read from); None otherwise."""
     items = window.items
     inside = items[bisect_right(items, start, key=ts_of):bisect_right(items, end, key=ts_of)]
     if not inside or not all(o.busy for o in inside):
         return None
-    return inside[-1].power_limit_w
+    return inside
 
 
 def _watts(value: float) -> str:
