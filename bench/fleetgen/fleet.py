@@ -12,7 +12,9 @@ from random import Random
 
 from bench.fleetgen.churn import add_churn
 from bench.fleetgen.faults import Fault, schedule
-from bench.fleetgen.layout import Layout, NodeSpec, make_layout, pauses
+from bench.fleetgen.layout import NODES_PER_RACK, Layout, NodeSpec, make_layout, pauses
+from bench.fleetgen.serving import describe as describe_serving
+from bench.fleetgen.serving import make_serving, serving_count, serving_model
 from bench.fleetgen.sim import NodeSim
 from bench.fleetgen.timing import sample_times, send_plan
 
@@ -36,6 +38,10 @@ class FleetConfig:
     # at once, round by round, with no agent outage (the kind fleets of old). The fleet's world
     # (jobs, pauses, churn, resets, faults) is the same either way.
     sync: bool = False
+    # Nodes whose GPUs each run their own work (inference replicas, a sweep), beside the
+    # training fleet (bench/fleetgen/serving.py): one per 8 nodes, none when False. Drawn from
+    # their own random stream, so the training nodes and their faults are the same either way.
+    serving: bool = True
 
     @property
     def steps(self) -> int:
@@ -59,6 +65,9 @@ class Fleet:
         rng = Random(f"{cfg.seed}:layout")
         self.layout = make_layout(cfg.nodes, cfg.duration, rng, gpus_per_node=cfg.gpus_per_node)
         add_churn(self.layout.nodes, self.layout.jobs, cfg.duration, rng, repause=lambda job: pauses(job, cfg.duration, rng))
+        training = Layout(list(self.layout.nodes), self.layout.jobs)
+        if cfg.serving:
+            self.layout.nodes += _serving_nodes(len(training.nodes), cfg, Random(f"{cfg.seed}:serving"))
         self.phases, self.times = [], []
         for spec in self.layout.nodes:
             phase, times = sample_times(cfg.t0, cfg.interval, cfg.steps, sync=cfg.sync, rng=Random(f"{cfg.seed}:clock:{spec.idx}"))
@@ -67,7 +76,7 @@ class Fleet:
         self.first = [min(cfg.steps - 1, bisect_left(t, cfg.t0 + spec.appear)) for t, spec in zip(self.times, self.layout.nodes)]
         # The schedule is drawn whether or not faults are wanted, so a seed's fault-free
         # fleet is its faulty fleet minus the faults.
-        truth = schedule(self.layout, cluster=cfg.cluster, t0=cfg.t0, duration=cfg.duration, interval=cfg.interval,
+        truth = schedule(training, cluster=cfg.cluster, t0=cfg.t0, duration=cfg.duration, interval=cfg.interval,
                          faults_per_cause=cfg.faults_per_cause, rng=Random(f"{cfg.seed}:schedule"), times=self.times)
         self.truth = truth if cfg.faults else []
         self.sims = self._sims()
@@ -123,15 +132,29 @@ class Fleet:
             lines.append(f"  {job.name}: {len(job.nodes)} nodes ({'+'.join(models)}), step {job.period:.1f} s, "
                          f"{'power-capped' if job.cap_bound else 'below cap'}, {len(job.checkpoints)} checkpoint and "
                          f"{len(job.evals)} evaluation pauses{span}")
-        idle = [n.name for n in self.layout.nodes if n.job is None]
+        idle = [n.name for n in self.layout.nodes if n.job is None and n.serving is None]
         if idle:
             lines.append(f"  idle: {', '.join(idle)}")
+        lines += [f"  {describe_serving(n.name, n.serving)}" for n in self.layout.nodes if n.serving is not None]
         events = [e for n in self.layout.nodes for e in _events(n)]
         if events:
             lines.append(f"  churn: {'; '.join(events)}")
         lines.append("  sampling: " + ("synchronised grid, pushed round by round" if self.cfg.sync else
                                       "per-node phase and jitter, pushed as each batch fills"))
         return "\n".join(lines)
+
+
+def _serving_nodes(first: int, cfg: FleetConfig, rng: Random) -> list[NodeSpec]:
+    """The serving nodes, numbered after the training fleet's, in racks of their own."""
+    out = []
+    rack0 = (first + NODES_PER_RACK - 1) // NODES_PER_RACK
+    for k in range(serving_count(first)):
+        idx = first + k
+        spec = NodeSpec(idx, f"gpu-node-{idx:03d}", serving_model(k), f"r{rack0 + k // NODES_PER_RACK:02d}", rng.uniform(-2.0, 2.5),
+                        gpus=cfg.gpus_per_node)
+        spec.serving = make_serving(k, spec.gpus, cfg.duration, rng)
+        out.append(spec)
+    return out
 
 
 def _events(n: NodeSpec) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from random import Random
 
 from bench.fleetgen.models import A100, H100, H200, Model
+from bench.fleetgen.serving import Serving
 
 NODES_PER_RACK = 4
 WORKING = frozenset({"compute", "comm"})  # states in which a GPU does steady work
@@ -73,6 +74,7 @@ class NodeSpec:
     ib_reset: tuple[str, float] | None = None  # (port, offset): that port's counters restart from zero
     outage: tuple[float, float] | None = None  # its agent cannot push in this span; it spools
     gpus: int = 8  # GPUs of the node (all of its job's, like its ports)
+    serving: Serving | None = None  # every GPU its own work (bench/fleetgen/serving.py), no job
 
     @property
     def partition(self) -> str:
@@ -87,6 +89,8 @@ class NodeSpec:
 
     def labels(self, off: float) -> dict[str, str]:
         labels = {"partition": self.partition, "rack": self.rack}
+        if self.serving is not None and self.serving.name:
+            labels["job"] = self.serving.name
         lo, hi = self.span
         if lo <= off < hi:
             labels["job"] = self.job.name

@@ -14,6 +14,7 @@ from bench.fleetgen.faults import Fault
 from bench.fleetgen.layout import BUSY, WORKING, NodeSpec
 from bench.fleetgen.models import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL, SXM_BUS_IDS, Model
 from bench.fleetgen.phases import OFF, dot, ib_rates, nvlink_rates, occupancy, state
+from bench.fleetgen.serving import demand as serve_demand
 
 WARMUP_C_PER_HOUR = 8.0  # the fleet's inlet air warms this much over the hour
 TAU_S = 30.0  # thermal time constant of a GPU and its heatsink
@@ -219,7 +220,7 @@ class NodeSim:
             if f.cause == "lost":
                 return self._lost(g, f)
         r = _Reading(self.model, busy=t.st in BUSY, limit=self._power_limit(fl))
-        self._load(g, r, t.st)
+        self._load(g, r, t.st, t.off)
         for f in fl:
             effect = self._FAULT_EFFECTS.get(f.cause)
             if effect is not None:
@@ -243,8 +244,10 @@ class NodeSim:
 
     # --- what the GPU does in each state of its job -----------------------------------------
 
-    def _load(self, g: _Gpu, r: _Reading, st: str) -> None:
-        if r.busy:
+    def _load(self, g: _Gpu, r: _Reading, st: str, off: float) -> None:
+        if self.spec.serving is not None:
+            self._serve_load(g, r, off)
+        elif r.busy:
             self._busy_load(g, r, st)
         elif st == "ckpt_in":
             self._ckpt_in_load(g, r)
@@ -288,6 +291,30 @@ class NodeSim:
         else:  # evaluation: forward passes, lighter and below the cap
             r.util = job.eval_util + rng.randint(-5, 5)
             r.umem = job.mem_util * 0.6 * rng.gauss(1.0, 0.1)
+
+    def _serve_load(self, g: _Gpu, r: _Reading, off: float) -> None:
+        """A serving GPU (bench/fleetgen/serving.py): its own load level, not its job's phase."""
+        m, rng, serving = self.model, self.rng, self.spec.serving
+        level = serving.level(g.index, off)
+        r.mem_used = int(m.mem_total * serving.mem_frac[g.index])
+        if level < 0.1:  # a quiet replica: the model loaded, no requests
+            r.busy, r.util, r.umem, r.bits = False, round(100 * level), 0.0, IDLE
+            r.clock, r.power = m.sm_idle, m.power_idle * rng.uniform(1.05, 1.2)
+            r.pcie = rng.uniform(2e4, 2e5)
+            return
+        r.busy = True
+        want = serve_demand(level) * m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.03)
+        if want >= r.limit:
+            r.power = r.limit * rng.uniform(0.975, 0.998)
+            r.clock = m.sm_max * (r.limit / want) ** 0.7
+            r.bits = SW_POWER_CAP
+        else:
+            r.power = want
+            r.clock = m.sm_max - 15 * rng.randint(0, 1)
+            r.bits = 0
+        r.util = max(10, min(100, round(100 * level * rng.gauss(1.0, 0.04))))
+        r.umem = 45.0 * level * rng.gauss(1.0, 0.1)
+        r.pcie = 2e9 * level * max(0.2, rng.gauss(1.0, 0.3))
 
     def _ckpt_in_load(self, g: _Gpu, r: _Reading) -> None:
         """The pause began within this sample: partly busy, clocks already down."""

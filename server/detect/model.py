@@ -191,6 +191,7 @@ class PeerStats:
     power_w: Robust | None = None
     power_limit_w: Robust | None = None
     nvlink_bps: Robust | None = None
+    power_capped: float = 0.0  # share of the busy members with the SW power cap bit
 
 
 @dataclass(slots=True)
@@ -356,3 +357,6 @@ class Finding:
     immediate: bool = False
     # When the condition began, if the rule knows better than "its first flagged instant".
     onset: float | None = None
+    # Sample time its run of hits must span before an episode opens, where the rule asks for
+    # longer than the detector's open_after_s (persistence.py).
+    open_after_s: float | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from server.detect.model import GpuObs, NicObs, NicPeerStats, PeerStats, Robust
+from server.detect.model import SW_POWER_CAP, GpuObs, NicObs, NicPeerStats, PeerStats, Robust
 
 
 def _present(values) -> list:
@@ -25,6 +25,7 @@ def gpu_peer_stats(group: str, members: Sequence[GpuObs], *, min_peers: int) -> 
         power_w=Robust.of(_present([o.power_w for o in busy])),
         power_limit_w=Robust.of(_present([o.power_limit_w for o in busy])),
         nvlink_bps=Robust.of(_present([o.nvlink_bps for o in busy])),
+        power_capped=sum(1 for o in busy if (o.clocks_event_reasons or 0) & SW_POWER_CAP) / len(busy),
     )
 
 

@@ -2,6 +2,7 @@
 instants once the run of hits spans `open_after_s` of sample time (a transient is not a
 straggler: at 1 s sampling three slow samples span 2 s), resolve after m consecutive clean ones
 spanning at least `clear_after_s` of sample time (hysteresis), so one fault is one episode.
+A finding may ask for a longer run than `open_after_s` (Finding.open_after_s).
 
 A run of hits survives up to n - k clean instants in a row (a fault that shows only in some
 phases of a training step stays one run); n - k + 1 clean instants end it."""
@@ -73,7 +74,8 @@ class Condition:
         hits = [t for t, f in self.recent if f is not None]
         if finding.immediate:
             return self._open(finding, ts, hits[0])
-        if len(hits) >= self.k and ts - self.run_start >= self.open_after_s:
+        wanted = self.open_after_s if finding.open_after_s is None else max(self.open_after_s, finding.open_after_s)
+        if len(hits) >= self.k and ts - self.run_start >= wanted:
             return self._open(finding, ts, min(hits[0], self.run_start))
         return None
 

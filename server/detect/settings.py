@@ -40,6 +40,11 @@ class DetectionSettings(BaseModel):
     clock_critical_drop: float = Field(0.25, description="A drop this large is critical rather than a warning.")
     hot_delta_c: float = Field(10.0, description="'Far hotter than peers': this many °C above the peer median.")
     power_limit_drop: float = Field(0.05, description="Enforced power limit this far (fraction) below the peers' median.")
+    power_capped_share: float = Field(0.5, description="A power-capped GPU's lower clock is a slower GPU only where at least this share of its busy "
+                                                       "peers are power-capped too; else it has more work than they have.")
+    power_capped_open_after_s: float = Field(180.0, description="...and only once that has lasted this much sample time: a GPU that needs more "
+                                                               "power than its peers for their work (silicon, cooling) does so for hours, "
+                                                               "whereas GPUs given different work trade places within minutes.")
 
     # --- links and errors --------------------------------------------------------------
     nvlink_bw_drop: float = Field(0.3, description="NVLink throughput this far (fraction) below peers doing the same work.")

@@ -331,7 +331,7 @@ def _fine(spec, a: float, b: float, step: float = 0.01) -> dict[str, float]:
 def test_each_node_samples_on_its_own_phase_with_jitter(hour):
     cfg = hour.cfg
     assert all(0.0 <= p < cfg.interval for p in hour.phases)
-    assert len({round(p, 3) for p in hour.phases}) == cfg.nodes
+    assert len({round(p, 3) for p in hour.phases}) == len(hour.layout.nodes)
     late = 0
     for phase, times in zip(hour.phases, hour.times):
         assert all(b > a for a, b in zip(times, times[1:]))
@@ -340,7 +340,7 @@ def test_each_node_samples_on_its_own_phase_with_jitter(hour):
             err = (t - cfg.t0 - phase) / cfg.interval - k
             assert -0.1 - 1e-6 <= err <= 0.25 + 1e-6 or (k == 0 and t == cfg.t0)
             late += err > 0.1 + 1e-6
-    assert 0.002 < late / (cfg.nodes * cfg.steps) < 0.01  # about one tick in 200 stalls
+    assert 0.002 < late / (len(hour.layout.nodes) * cfg.steps) < 0.01  # about one tick in 200 stalls
     assert hour.t_end == max(t[-1] for t in hour.times) + cfg.interval
     assert hour.cfg.t0 + cfg.duration < hour.t_end < hour.cfg.t0 + cfg.duration + 1.5 * cfg.interval
 
@@ -552,3 +552,35 @@ def test_nodes_of_fewer_gpus_report_them_and_faults_stay_on_them(gpus):
         if f.variant == "node_brake":
             node_wide[f.id.split("/")[0]].add(f.gpu)
     assert all(found == set(range(gpus)) for found in node_wide.values())
+
+
+def test_serving_nodes_stand_beside_the_training_fleet_which_they_leave_unchanged():
+    fleet = Fleet(FleetConfig(**{**SMALL.__dict__, "nodes": 16}))
+    without = Fleet(FleetConfig(**{**SMALL.__dict__, "nodes": 16, "serving": False}))
+    serving = [n for n in fleet.layout.nodes if n.serving is not None]
+    assert [n.idx for n in serving] == [16, 17] and len(without.layout.nodes) == 16
+    # One labelled with a job of its own, one with its partition only; never in a training job.
+    labels = [n.labels(600.0) for n in serving]
+    assert labels[0].get("job") == "serve-a" and "job" not in labels[1]
+    assert all(n.job is None for n in serving)
+    # The training nodes, their samples and the faults injected into them are the same.
+    assert fleet.truth == without.truth and not {f.node for f in fleet.truth} & {n.name for n in serving}
+    assert fleet.node_samples(3) == without.node_samples(3)
+    assert Fleet(FleetConfig(**{**SMALL.__dict__, "nodes": 7})).layout.nodes[-1].serving is None  # none below 8 nodes
+
+
+def test_a_serving_nodes_gpus_each_do_their_own_work():
+    fleet = Fleet(FleetConfig(**{**SMALL.__dict__, "nodes": 8, "faults": False}))
+    node = next(n for n in fleet.layout.nodes if n.serving is not None)
+    samples = fleet.node_samples(node.idx)
+    util_spread = [max(u) - min(u) for s in samples if len(u := [g["util_gpu_pct"] for g in s["gpus"] if g["util_gpu_pct"] >= 10]) >= 3]
+    assert sorted(util_spread)[len(util_spread) // 2] >= 30  # the median instant: busy GPUs 30+ points apart
+    mem = {g["mem_used_bytes"] for g in samples[0]["gpus"]}
+    assert len(mem) == len(samples[0]["gpus"])  # each its own model and cache
+    for sample in samples:
+        for g in sample["gpus"]:
+            capped = bool(g["clocks_event_reasons"] & SW_POWER_CAP)
+            assert not capped or g["power_w"] >= 0.97 * g["power_limit_w"]  # on the cap: drawing at it
+            assert capped or g["util_gpu_pct"] < 10 or g["sm_clock_mhz"] >= g["sm_clock_max_mhz"] - 15
+            idle = bool(g["clocks_event_reasons"] & IDLE)
+            assert idle == (g["util_gpu_pct"] < 10)

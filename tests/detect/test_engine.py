@@ -443,8 +443,11 @@ def test_a_slow_gpu_among_three_of_its_group_is_found():
     was never flagged (recall 0.868 on a fleet of 3-GPU nodes)."""
     det = Detector(DetectionSettings(open_after_s=0, clear_after_s=0))
     changes = []
-    for item in fleet([1000 + k * 5.0 for k in range(12)], nodes=1, gpus=3, slow=("n0", 1)):
+    for item in fleet([1000 + k * 5.0 for k in range(48)], nodes=1, gpus=3, slow=("n0", 1)):
         det.add(item)
         changes += det.advance()
-    # The builder's GPUs carry the SW power cap bit: its triage names the cause power.
-    assert {(c.uuid, c.cause) for c in changes if isinstance(c.change, Opened)} == {("GPU-n0-1", "power")}
+    # The builder's GPUs carry the SW power cap bit: its triage names the cause power, opened
+    # once it has lasted power_capped_open_after_s.
+    opened = [c for c in changes if isinstance(c.change, Opened)]
+    assert {(c.uuid, c.cause) for c in opened} == {("GPU-n0-1", "power")}
+    assert opened[0].change.detected_at - opened[0].change.onset >= DetectionSettings().power_capped_open_after_s

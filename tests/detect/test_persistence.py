@@ -13,6 +13,7 @@ def hit(severity="warning", immediate=False):
 
 
 W, C, NOW = hit(), hit("critical"), hit(immediate=True)  # warning, critical, immediate
+LONG = Finding(cause="power", severity="warning", summary="capped", evidence={}, open_after_s=4.0)  # asks for a 4 s run
 _ = None
 
 CASES = [
@@ -26,6 +27,9 @@ CASES = [
     ("a clean gap shorter than the hysteresis keeps one episode", [W, W, _, _, W, W, _, _, _], [(2, "open", 1), (9, "resolve", 7)]),
     ("escalates once to critical", [W, W, C, C, W], [(2, "open", 1), (3, "escalate", "critical")]),
     ("reopens as a new episode after resolving", [W, W, _, _, _, W, W], [(2, "open", 1), (5, "resolve", 3), (7, "open", 6)]),
+    ("a finding asking for a 4 s run opens once its run spans 4 s", [LONG, LONG, LONG, LONG, LONG, LONG], [(5, "open", 1)]),
+    ("...its run surviving one clean instant", [LONG, LONG, _, LONG, LONG, LONG], [(5, "open", 1)]),
+    ("...and starting again after two", [LONG, LONG, _, _, LONG, LONG, LONG, LONG, LONG], [(9, "open", 5)]),
 ]
 
 

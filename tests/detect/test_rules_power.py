@@ -11,6 +11,7 @@ from tests.detect.builders import CFG, Row, check_row, gpu, group, h100_peers, i
 
 PEERS = h100_peers()  # clock median 1980 MHz, power limit 700 W
 CAPPED_PEERS = h100_peers(clocks_event_reasons=SW_POWER_CAP)  # every busy GPU at its cap, as in the 4090 dumps
+HALF_CAPPED_PEERS = peers_of(group(clocks_event_reasons=0)[:4] + group(clocks_event_reasons=SW_POWER_CAP)[4:])
 
 ROWS = [
     # --- must flag
@@ -28,14 +29,24 @@ ROWS = [
     Row("power limit 6% below peers (658 W)", one(gpu(power_limit_w=658)), PEERS, "power", "warning"),
     Row("power limit low and clock 30% low: critical", one(gpu(power_limit_w=400, sm_clock_mhz=1380, clocks_event_reasons=SW_POWER_CAP)),
         PEERS, "power", "critical"),
-    Row("SW power cap bit with clock 10% below peers", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)), PEERS, "power", "warning"),
     Row("SW power cap, clock 10% low among capped peers", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)), CAPPED_PEERS, "power",
         "warning"),
-    Row("SW power cap, clock 26% low: critical", one(gpu(sm_clock_mhz=1465, clocks_event_reasons=SW_POWER_CAP)), PEERS, "power", "critical"),
+    Row("SW power cap, clock 26% low among capped peers: critical", one(gpu(sm_clock_mhz=1465, clocks_event_reasons=SW_POWER_CAP)),
+        CAPPED_PEERS, "power", "critical"),
+    Row("SW power cap, clock 10% low, exactly half the peers capped", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)),
+        HALF_CAPPED_PEERS, "power", "warning"),
     # --- must not flag
     Row("routine SW power cap bit, clock at peers", one(gpu(clocks_event_reasons=SW_POWER_CAP, power_w=698)), CAPPED_PEERS, None),
     Row("SW power cap bit, clock 7% low (below clock_drop)", one(gpu(sm_clock_mhz=1841, clocks_event_reasons=SW_POWER_CAP)), PEERS, None),
     Row("SW power cap bit without peers", one(gpu(sm_clock_mhz=1500, clocks_event_reasons=SW_POWER_CAP)), None, None),
+    # GPUs that share a label but not their work (bench/fleetgen/serving.py): the busiest on the
+    # cap at a lower clock, its peers below their cap at full clock.
+    Row("SW power cap, clock 10% below peers that run below their cap", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)),
+        PEERS, None),
+    Row("SW power cap, clock 26% below peers that run below their cap", one(gpu(sm_clock_mhz=1465, clocks_event_reasons=SW_POWER_CAP)),
+        PEERS, None),
+    Row("SW power cap, clock 10% low, 3 of 8 peers capped", one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP)),
+        peers_of(group(clocks_event_reasons=0)[:5] + group(clocks_event_reasons=SW_POWER_CAP)[5:]), None),
     Row("power limit 4% below peers (672 W)", one(gpu(power_limit_w=672)), PEERS, None),
     Row("power limit low on an idle GPU", one(idle_gpu(power_limit_w=400)), PEERS, None),
     Row("comms phase: the whole group at 300 W, this GPU too", one(gpu(power_w=300, sm_clock_mhz=1980)),
@@ -61,10 +72,18 @@ def test_power_limit_finding_reports_the_limit():
 
 
 def test_sw_power_cap_finding_names_the_bit_and_the_draw():
-    f = power.evaluate(one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP, power_w=699)), PEERS, CFG)
+    f = power.evaluate(one(gpu(sm_clock_mhz=1782, clocks_event_reasons=SW_POWER_CAP, power_w=699)), CAPPED_PEERS, CFG)
     assert f.summary.startswith("GPU 3 SM clock 1782 MHz vs peer median 1980 MHz (-10%); SW power cap")
     assert "drawing 699 W of 700 W limit" in f.summary
     assert f.evidence["trigger"] == "clock_below_peers_and_sw_power_cap"
+    # Chronic where it is a fault, fleeting where the GPUs' work differs: it waits.
+    assert f.open_after_s == CFG.power_capped_open_after_s > CFG.open_after_s
+
+
+def test_only_a_capped_clock_waits_longer_to_open():
+    limit = power.evaluate(one(gpu(power_limit_w=500)), PEERS, CFG)
+    brake = power.evaluate(one(gpu(sm_clock_mhz=900, clocks_event_reasons=HW_POWER_BRAKE | HW_SLOWDOWN)), PEERS, CFG)
+    assert limit.open_after_s is None and brake.open_after_s is None
 
 
 def test_node_wide_brake_summary_says_the_gpu_is_not_busy():

@@ -24,6 +24,7 @@ from server.detect.rules import clock, ecc, hw_slowdown, lost, network, nvlink, 
 from tests.detect.builders import CFG, Row, check_row, gpu, group, h100_peers, idle_gpu, judge_gpu, one, peers_of, series
 
 PEERS = h100_peers()
+CAPPED_PEERS = h100_peers(clocks_event_reasons=SW_POWER_CAP)  # a power-bound job's busy GPUs
 PERF = {"thermal", "power", "hw_slowdown", "clock"}
 
 
@@ -54,8 +55,8 @@ ROWS = [
         PEERS, "hw_slowdown", "critical"),
     Row("power limit low + hot + clock low → power (the limit is a fact, heat a correlation)",
         one(gpu(power_limit_w=450, sm_clock_mhz=1700, temp_c=80)), PEERS, "power", "warning"),
-    Row("clock low + hot + SW power cap → thermal", one(gpu(sm_clock_mhz=1700, temp_c=80, clocks_event_reasons=SW_POWER_CAP)), PEERS, "thermal",
-        "warning"),
+    Row("clock low + hot + SW power cap, capped peers → thermal", one(gpu(sm_clock_mhz=1700, temp_c=80, clocks_event_reasons=SW_POWER_CAP)),
+        CAPPED_PEERS, "thermal", "warning"),
     Row("clock low + applications clocks bit → clock", one(gpu(sm_clock_mhz=1700, clocks_event_reasons=APP_CLOCKS)), PEERS, "clock", "warning"),
     # Event hand-offs.
     Row("lost + hardware XID → lost", one(gpu(lost=True, xids=(79,))), PEERS, "lost", "critical"),

@@ -8,7 +8,8 @@ from server.detect.model import HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_
 from server.detect.rules import thermal
 from tests.detect.builders import CFG, Row, check_row, gpu, h100_peers, idle_gpu, one
 
-PEERS = h100_peers()  # clock median 1980 MHz, temperature median 66 °C
+PEERS = h100_peers()
+CAPPED_PEERS = h100_peers(clocks_event_reasons=SW_POWER_CAP)  # a power-bound job's busy GPUs  # clock median 1980 MHz, temperature median 66 °C
 
 ROWS = [
     # --- must flag
@@ -31,9 +32,10 @@ ROWS = [
         PEERS, "thermal", "critical"),
     Row("no bit, clock 10% low, 12 °C hotter than peers", one(gpu(sm_clock_mhz=1782, temp_c=78)), PEERS, "thermal", "warning"),
     Row("no bit, clock 10% low, exactly hot_delta_c hotter", one(gpu(sm_clock_mhz=1782, temp_c=76)), PEERS, "thermal", "warning"),
-    Row("no bit but SW power cap, clock low, 15 °C hotter: thermal beats power", one(gpu(sm_clock_mhz=1700, temp_c=81,
-                                                                                         clocks_event_reasons=SW_POWER_CAP)),
-        PEERS, "thermal", "warning"),
+    Row("no bit but SW power cap, clock low, 15 °C hotter, capped peers: thermal beats power",
+        one(gpu(sm_clock_mhz=1700, temp_c=81, clocks_event_reasons=SW_POWER_CAP)), CAPPED_PEERS, "thermal", "warning"),
+    Row("SW power cap, clock low, 15 °C hotter than peers below their cap: more work, not heat",
+        one(gpu(sm_clock_mhz=1700, temp_c=81, clocks_event_reasons=SW_POWER_CAP)), PEERS, None),
     Row("no bit, clock 30% low and hot: critical", one(gpu(sm_clock_mhz=1380, temp_c=85)), PEERS, "thermal", "critical"),
     Row("HW thermal + HW slowdown on a GPU at 0% (the hardware holds the clock)",
         one(gpu(util_gpu_pct=0, sm_clock_mhz=300, temp_c=95, clocks_event_reasons=HW_THERMAL | HW_SLOWDOWN)), PEERS, "thermal", "critical"),

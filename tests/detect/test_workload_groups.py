@@ -63,7 +63,9 @@ def _fleet(*, attributed: bool, switch_at: float = 150.0) -> list[NodeInstant]:
 
 
 def _opened_changes(items: list[NodeInstant]) -> list:
-    det = Detector(DetectionSettings(open_after_s=0))
+    # gpu_row's GPUs carry the SW power cap bit: a capped clock below capped peers opens at once
+    # here (by default only after power_capped_open_after_s, longer than n0's 150 s of serving).
+    det = Detector(DetectionSettings(open_after_s=0, power_capped_open_after_s=0))
     changes = []
     for item in items:
         det.add(item)

@@ -8,9 +8,12 @@ cause; the precedence lives here, in one place:
   4. HW slowdown bit (neither of the specific bits above)     → hw_slowdown  (critical)
   -- from here on the GPU must be busy and have peers --
   5. enforced power limit below the peers'                    → power
+  -- SM clock below the peers' with the SW power cap bit while most peers run below their
+     cap: the cap answering more work than they have, not a slower GPU → nothing
   6. SM clock below the peers' and far hotter than them       → thermal
   7. SM clock below the peers' with the SW power cap bit      → power
   8. SM clock below the peers', nothing explains it           → clock
+  (6 and 7 on a capped GPU open only after power_capped_open_after_s: Perf.open_after_s)
 
 Bits 1, 2 and 4 are hardware signals, so they count without peers. They also count on a GPU
 that is not busy, but only while the HW slowdown bit says the hardware is holding the clock
@@ -20,11 +23,17 @@ power brake bit on a GPU at 0 % utilisation and full clock (gpud 535.183.01, GPU
 next to SW thermal and SW power cap bits, 1980 MHz, 39 °C) slows nothing and is not judged.
 SW thermal counts only on a busy GPU. The SW power cap bit alone never counts: busy GPUs show
 it routinely (realdata RTX 4090 out.1/out.2: 445 W of 450 W with the bit, 405 W without).
+Nor does a capped GPU's lower clock next to peers mostly below their cap: GPUs that share a
+model and a label but not their work (an inference replica per GPU, a sweep of single-GPU
+runs) differ exactly so, the busiest on the cap at a lower clock (bench/fleetgen/serving.py).
+A GPU that needs more power than its peers for the same work is still seen where they are
+capped too (step 7): the GPUs of a synchronous job are in the same phase of its step at one
+instant, all of them on the cap in a power-bound compute phase.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from server.detect.model import (
@@ -70,6 +79,7 @@ class Perf:
     clock: VsPeers | None
     temps: tuple[float, float] | None
     power_limit: VsPeers | None
+    open_after_s: float | None = None  # Finding.open_after_s
 
 
 def triage(obs: GpuObs, peers: PeerStats | None, cfg: DetectionSettings) -> Perf | None:
@@ -95,15 +105,23 @@ def triage(obs: GpuObs, peers: PeerStats | None, cfg: DetectionSettings) -> Perf
         return verdict("hw_slowdown", HW_SLOWDOWN_BIT)
     if not busy:
         return None
-    if limit is not None and limit.low:
-        return verdict("power", POWER_LIMIT)
-    if clock is None or not clock.low:
+    return _below_peers(verdict("", ""), bits, peers, cfg)
+
+
+def _below_peers(perf: Perf, bits: int, peers: PeerStats | None, cfg: DetectionSettings) -> Perf | None:
+    """Steps 5-8: a busy GPU against its peers (`perf` carries the comparisons, no cause yet)."""
+    if perf.power_limit is not None and perf.power_limit.low:
+        return replace(perf, cause="power", trigger=POWER_LIMIT)
+    if perf.clock is None or not perf.clock.low:
         return None
-    if temps is not None and temps[0] - temps[1] >= cfg.hot_delta_c:
-        return verdict("thermal", HOT)
+    hot = perf.temps is not None and perf.temps[0] - perf.temps[1] >= cfg.hot_delta_c
     if bits & SW_POWER_CAP:
-        return verdict("power", SW_POWER_CAPPED)
-    return verdict("clock", UNEXPLAINED)
+        if peers is None or peers.power_capped < cfg.power_capped_share:
+            return None  # the cap answering more work than its peers have
+        # Capped below capped peers, hot or not: chronic where it is a fault.
+        perf = replace(perf, open_after_s=cfg.power_capped_open_after_s)
+        return replace(perf, cause="thermal", trigger=HOT) if hot else replace(perf, cause="power", trigger=SW_POWER_CAPPED)
+    return replace(perf, cause="thermal", trigger=HOT) if hot else replace(perf, cause="clock", trigger=UNEXPLAINED)
 
 
 def severity_by_drop(perf: Perf, cfg: DetectionSettings) -> Severity:
@@ -152,7 +170,8 @@ def finding(perf: Perf, severity: Severity, why: str, *, metric: str = "sm_clock
         "peer_power_limit_w": perf.power_limit.peer_median if perf.power_limit else None,
         "util_gpu_pct": obs.util_gpu_pct,
     }
-    return Finding(cause=perf.cause, severity=severity, summary=summary, evidence={"metric": metric, "value": value, **drop_none(evidence)})
+    return Finding(cause=perf.cause, severity=severity, summary=summary, evidence={"metric": metric, "value": value, **drop_none(evidence)},
+                   open_after_s=perf.open_after_s)
 
 
 def _clock_text(perf: Perf) -> str:

@@ -9,7 +9,10 @@ peers', or the SW power cap holding its clock below its peers'.
 - SW power cap bit with the SM clock below the peers': the GPU needs more power than its
   peers for the same clock (or is capped lower). The bit alone is routine and never flags:
   realdata RTX 4090 (gpud out.1/out.2) shows it on busy GPUs at 435-446 W of 450 W, and a
-  busy neighbour at 405 W without it, all within ~5 % of their median clock.
+  busy neighbour at 405 W without it, all within ~5 % of their median clock. Judged only
+  where most busy peers are on the cap too, and opened only once it has lasted
+  power_capped_open_after_s: GPUs that share a label but not their work (a replica or a
+  sweep run per GPU) trade the lowest capped clock among themselves within minutes.
 """
 
 from __future__ import annotations
