@@ -12,7 +12,10 @@ detection is judged on fleets it never saw:
   jobs starting, ending and resizing, a node joining mid-run, a job mixing GPU models
   (layout.py, churn.py);
 - a GPU reset and an IB counter reset on healthy nodes (counters back to zero), and an agent
-  outage whose spool is replayed afterwards (churn.py, timing.py): none of it a fault.
+  outage whose spool is replayed afterwards (churn.py, timing.py): none of it a fault;
+- beside the training jobs, one node in eight serves: inference replicas of 1, 2 or 4 GPUs,
+  each with its own load, under a job label or only a partition (serving.py), so GPUs of one
+  model and label are busy side by side without doing the same work.
 
     fleet = Fleet(FleetConfig(nodes=32, interval=1.0, duration=3600, seed=1))
     fleet.truth                       # [Fault(node, gpu, cause, variant, start, end, ...)]

@@ -48,7 +48,7 @@ class _Reading:
     """One GPU's sample as it is being built: the job's state sets it, then its faults change it."""
 
     __slots__ = ("busy", "limit", "util", "umem", "bits", "clock", "power", "pcie", "pcie_gen", "pcie_width", "mem_used",
-                 "links_up", "nvl_factor", "target_override", "xids")
+                 "links_up", "nvl_factor", "nvl_bytes", "target_override", "xids")
 
     def __init__(self, m: Model, *, busy: bool, limit: float):
         self.busy = busy
@@ -56,6 +56,7 @@ class _Reading:
         self.pcie_gen, self.pcie_width = m.pcie_gen_max, 16
         self.links_up = m.nvlink_links
         self.nvl_factor = 1.0
+        self.nvl_bytes = None  # NVLink bytes over the interval where the GPU's own work says (else its job's)
         self.target_override = None  # a temperature a fault forces, instead of the power's
         self.xids: list[dict] = []
 
@@ -220,7 +221,7 @@ class NodeSim:
             if f.cause == "lost":
                 return self._lost(g, f)
         r = _Reading(self.model, busy=t.st in BUSY, limit=self._power_limit(fl))
-        self._load(g, r, t.st, t.off)
+        self._load(g, r, t.st, t.off, t.gap)
         for f in fl:
             effect = self._FAULT_EFFECTS.get(f.cause)
             if effect is not None:
@@ -244,9 +245,9 @@ class NodeSim:
 
     # --- what the GPU does in each state of its job -----------------------------------------
 
-    def _load(self, g: _Gpu, r: _Reading, st: str, off: float) -> None:
+    def _load(self, g: _Gpu, r: _Reading, st: str, off: float, gap: float) -> None:
         if self.spec.serving is not None:
-            self._serve_load(g, r, off)
+            self._serve_load(g, r, off, gap)
         elif r.busy:
             self._busy_load(g, r, st)
         elif st == "ckpt_in":
@@ -292,7 +293,7 @@ class NodeSim:
             r.util = job.eval_util + rng.randint(-5, 5)
             r.umem = job.mem_util * 0.6 * rng.gauss(1.0, 0.1)
 
-    def _serve_load(self, g: _Gpu, r: _Reading, off: float) -> None:
+    def _serve_load(self, g: _Gpu, r: _Reading, off: float, gap: float) -> None:
         """A serving GPU (bench/fleetgen/serving.py): its own load level, not its job's phase."""
         m, rng, serving = self.model, self.rng, self.spec.serving
         level = serving.level(g.index, off)
@@ -315,6 +316,7 @@ class NodeSim:
         r.util = max(10, min(100, round(100 * level * rng.gauss(1.0, 0.04))))
         r.umem = 45.0 * level * rng.gauss(1.0, 0.1)
         r.pcie = 2e9 * level * max(0.2, rng.gauss(1.0, 0.3))
+        r.nvl_bytes = m.nvlink_peak * serving.nvlink_frac(g.index) * level * gap
 
     def _ckpt_in_load(self, g: _Gpu, r: _Reading) -> None:
         """The pause began within this sample: partly busy, clocks already down."""
@@ -458,7 +460,7 @@ class NodeSim:
 
     def _move_nvlink(self, g: _Gpu, r: _Reading, t: _Tick) -> None:
         rng = self.rng
-        moved = int(t.nvl * r.nvl_factor * rng.gauss(1.0, 0.03)) // 1024 * 1024
+        moved = int((t.nvl if r.nvl_bytes is None else r.nvl_bytes) * r.nvl_factor * rng.gauss(1.0, 0.03)) // 1024 * 1024
         g.nvl_tx += moved
         g.nvl_rx += int(moved * rng.uniform(0.98, 1.02)) // 1024 * 1024
 

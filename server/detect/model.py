@@ -4,7 +4,7 @@ statistics of their peers at that instant, and what a rule reports."""
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
@@ -157,6 +157,11 @@ class Robust:
             m = self.median
             self._mad = _median_of_sorted(sorted([abs(v - m) for v in self._values]))
         return self._mad
+
+    def near(self, value: float, tolerance: float) -> int:
+        """How many of the values lie within `tolerance` of `value` (a member's own included)."""
+        self.median  # sorts the values
+        return bisect_right(self._values, value + tolerance) - bisect_left(self._values, value - tolerance)
 
     def z(self, value: float, floor: float) -> float:
         """Robust z-score; `floor` keeps a too-tight group (MAD ≈ 0) from making noise huge."""

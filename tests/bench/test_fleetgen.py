@@ -577,6 +577,11 @@ def test_a_serving_nodes_gpus_each_do_their_own_work():
     assert sorted(util_spread)[len(util_spread) // 2] >= 30  # the median instant: busy GPUs 30+ points apart
     mem = {g["mem_used_bytes"] for g in samples[0]["gpus"]}
     assert len(mem) == len(samples[0]["gpus"])  # each its own model and cache
+    # NVLink counters move for the GPUs of multi-GPU replicas only.
+    moved = [samples[-1]["gpus"][i]["nvlink_tx_bytes_total"] - samples[0]["gpus"][i]["nvlink_tx_bytes_total"] for i in range(8)]
+    replica_of = node.serving.replica_of
+    assert 1 < len(set(replica_of)) < 8  # this seed: replicas of 4, 2, 1 and 1 GPUs
+    assert all((m > 0) == (replica_of.count(replica_of[i]) > 1) for i, m in enumerate(moved))
     for sample in samples:
         for g in sample["gpus"]:
             capped = bool(g["clocks_event_reasons"] & SW_POWER_CAP)

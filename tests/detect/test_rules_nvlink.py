@@ -6,7 +6,7 @@ import pytest
 
 from server.detect.model import SW_THERMAL, PeerStats, Robust
 from server.detect.rules import nvlink
-from tests.detect.builders import CFG, Row, check_row, gpu, h100_peers, idle_gpu, one, series, tweak
+from tests.detect.builders import CFG, Row, check_row, gpu, group, h100_peers, idle_gpu, one, peers_of, series, tweak
 
 PEERS = h100_peers()  # NVLink median 150 GB/s, MAD 1 GB/s → the 5% noise floor applies
 CRC = "nvlink_crc_per_s"
@@ -40,6 +40,12 @@ ROWS = [
     Row("compute phase: peers move next to nothing", one(gpu(nvlink_bps=1e6)), h100_peers(nvlink_scale=0.001), None),
     Row("whole group's NVLink traffic falls together", one(gpu(nvlink_bps=60e9)), h100_peers(nvlink_scale=0.4), None),
     Row("no peers: throughput not judged", one(gpu(nvlink_bps=10e9)), None, None),
+    # Peers as the engine makes them, the judged GPU among them (bench/fleetgen/serving.py's replicas).
+    Row("one GPU at 60 GB/s, its 7 peers at ~150", one(gpu(nvlink_bps=60e9)), peers_of(group(7) + [gpu(nvlink_bps=60e9)]), "nvlink", "warning"),
+    Row("a tensor-parallel pair at 60 GB/s beside replicas at ~150: their work's traffic", one(gpu(nvlink_bps=60e9)),
+        peers_of(group(6) + [gpu(nvlink_bps=60e9), gpu(index=7, nvlink_bps=63e9)]), None),
+    Row("a single-GPU replica (0 GB/s, links up and clean) beside tensor-parallel ones", one(gpu(nvlink_bps=0.0)),
+        peers_of(group(7) + [gpu(nvlink_bps=0.0)]), None),
     Row("throughput unknown (first sample)", one(gpu(nvlink_bps=None)), PEERS, None),
     Row("throughput low because the GPU is thermally throttled: thermal only",
         one(gpu(nvlink_bps=80e9, sm_clock_mhz=1400, temp_c=90, clocks_event_reasons=SW_THERMAL)), PEERS, "thermal", "critical"),
