@@ -69,8 +69,8 @@ def _free_clock(self) -> float | None:
     """The SM clock ratio of a busy GPU that nothing holds down (no power, thermal or slowdown
     reason); None otherwise. Unlike the clock itself this does not depend on when in a step it
     was read, so GPUs of different nodes compare (server/detect/across_window.py)."""
-    if not self.busy or (self.clocks_event_reasons or 0) & HOLDS_CLOCK:
-        return None
+    if not self.busy or self.clocks_event_reasons is None or self.clocks_event_reasons & HOLDS_CLOCK:
+        return None  # held down, or no telling (a GPU whose driver does not report the reasons)
     return self.sm_clock_ratio
 
 

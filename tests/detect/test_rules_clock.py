@@ -64,3 +64,19 @@ def test_summary_names_bits_that_do_not_explain():
 
 def test_sw_power_cap_is_the_explanation_not_clock():
     assert clock.evaluate(one(gpu(sm_clock_mhz=1600, clocks_event_reasons=SW_POWER_CAP)), PEERS, CFG) is None
+
+
+def test_a_gpu_that_reports_no_reasons_is_said_to_not_to_have_none():
+    """Found by a probe that dropped clocks_event_reasons from half the nodes (a driver or vGPU
+    answering NOT_SUPPORTED): their power-braked and slowed-down GPUs were reported as
+    "no clock-event reason explains it", which the numbers did not say."""
+    f = clock.evaluate(one(gpu(sm_clock_mhz=1600, clocks_event_reasons=None)), PEERS, CFG)
+    assert "clock-event reasons not reported" in f.summary and "no clock-event reason" not in f.summary
+
+
+def test_a_clock_without_reasons_is_no_free_clock():
+    """The free clock (compared across nodes) is a clock nothing holds down: without the reasons
+    there is no telling, e.g. a GPU on its power cap."""
+    assert gpu(clocks_event_reasons=0).free_clock == pytest.approx(1.0)
+    assert gpu(clocks_event_reasons=None).free_clock is None
+    assert gpu(clocks_event_reasons=SW_POWER_CAP).free_clock is None

@@ -6,7 +6,8 @@ and clock_z robust standard deviations under it. Real busy GPUs of one model sit
 that: gpu-burn on 8×A100 spreads 1.7 % in Gflop/s (realdata superbench), and the busy RTX 4090s
 of the gpud dumps run 2520-2775 MHz, within ~5 % of their median, even under the SW power cap.
 Needs peers: without them no clock is "low". Bits that do not explain a lower clock
-(applications clocks, sync boost, display clocks) are named in the summary.
+(applications clocks, sync boost, display clocks) are named in the summary; a GPU that reports
+no reasons at all is said to, not to have none (its power or thermal cause cannot be told).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     perf = _perf.triage(window.latest, peers, cfg)
     if perf is None or perf.cause != CAUSE:
         return None
-    other = reason_names((perf.obs.clocks_event_reasons or 0) & (APP_CLOCKS | SYNC_BOOST | DISPLAY_CLOCKS))
+    if perf.obs.clocks_event_reasons is None:  # NVML_ERROR_NOT_SUPPORTED on some vGPU and older drivers
+        return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), "clock-event reasons not reported")
+    other = reason_names(perf.obs.clocks_event_reasons & (APP_CLOCKS | SYNC_BOOST | DISPLAY_CLOCKS))
     why = "no clock-event reason explains it" if not other else f"only {', '.join(other)} active"
     return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why)
