@@ -65,6 +65,23 @@ def _sm_clock_ratio(self) -> float | None:
 HOLDS_CLOCK = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
 
 
+# A GPU that reports no clock-event reasons (a driver or vGPU answering NOT_SUPPORTED) and draws
+# this share of its enforced limit is taken to be on its power cap, as the SW power cap bit
+# would say: what the power controller does at the limit (busy GPUs with the bit draw 97-99%
+# of it in the real RTX 4090 dumps).
+CAP_DRAW = 0.97
+
+
+def _reasons(self) -> int:
+    """The clock-event reason bits, the SW power cap bit inferred from the power draw where the
+    GPU does not report them."""
+    bits = self.clocks_event_reasons
+    if bits is not None:
+        return bits
+    limit, power = self.power_limit_w, self.power_w
+    return SW_POWER_CAP if limit and power is not None and power >= CAP_DRAW * limit else 0
+
+
 def _free_clock(self) -> float | None:
     """The SM clock ratio of a busy GPU that nothing holds down (no power, thermal or slowdown
     reason); None otherwise. Unlike the clock itself this does not depend on when in a step it
@@ -109,7 +126,8 @@ GpuObs = _observation(
     [("xids", tuple[int, ...], ()),
      ("workload", str | None, None),  # what runs on it, as a person names it ("job llm-a, pod llm-a-3"), if attributed
      ("job", str | None, None)],  # that workload's job name ("llm-a"), for filtering
-    namespace={"busy": property(_busy), "sm_clock_ratio": property(_sm_clock_ratio), "free_clock": property(_free_clock)},
+    namespace={"busy": property(_busy), "sm_clock_ratio": property(_sm_clock_ratio), "free_clock": property(_free_clock),
+               "reasons": property(_reasons)},
 )
 # One IB/RoCE port at one sample instant; rates per second over the previous sample.
 NicObs = _observation(

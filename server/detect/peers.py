@@ -25,7 +25,7 @@ def gpu_peer_stats(group: str, members: Sequence[GpuObs], *, min_peers: int) -> 
         power_w=Robust.of(_present([o.power_w for o in busy])),
         power_limit_w=Robust.of(_present([o.power_limit_w for o in busy])),
         nvlink_bps=Robust.of(_present([o.nvlink_bps for o in busy])),
-        power_capped=sum(1 for o in busy if (o.clocks_event_reasons or 0) & SW_POWER_CAP) / len(busy),
+        power_capped=sum(1 for o in busy if o.reasons & SW_POWER_CAP) / len(busy),
     )
 
 

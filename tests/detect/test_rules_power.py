@@ -90,3 +90,17 @@ def test_node_wide_brake_summary_says_the_gpu_is_not_busy():
     obs = gpu(util_gpu_pct=0, sm_clock_mhz=86, power_w=70, temp_c=30, clocks_event_reasons=HW_SLOWDOWN | HW_POWER_BRAKE)
     f = power.evaluate(one(obs), None, CFG)
     assert f.summary == "GPU 3 SM clock 86 of max 1980 MHz; HW power brake; 30 °C; drawing 70 W of 700 W limit; at 0% utilisation"
+
+
+def test_without_reasons_the_power_cap_is_read_from_the_draw():
+    """A GPU whose driver reports no clock-event reasons, drawing 99% of its limit at a lower
+    clock beside peers at full clock and well below theirs, is the busiest of GPUs doing
+    different work (a probe dropping the reasons of serving nodes: 30-36 false clock episodes
+    an hour), not an unexplained slow clock."""
+    uncapped = group(clocks_event_reasons=None, power_w=450.0)
+    busiest = gpu(sm_clock_mhz=1782, power_w=695.0, clocks_event_reasons=None)
+    assert busiest.reasons == SW_POWER_CAP and uncapped[0].reasons == 0
+    assert check_row(Row("no reasons, on the cap by its draw, peers below theirs", one(busiest), peers_of(uncapped + [busiest]), None)) is None
+    capped = group(clocks_event_reasons=None, power_w=690.0)
+    f = power.evaluate(one(busiest), peers_of(capped + [busiest]), CFG)
+    assert f.evidence["trigger"] == "clock_below_peers_and_sw_power_cap" and "reasons not reported" in f.summary

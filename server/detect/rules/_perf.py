@@ -85,7 +85,7 @@ class Perf:
 def triage(obs: GpuObs, peers: PeerStats | None, cfg: DetectionSettings) -> Perf | None:
     if obs.lost:
         return None
-    bits = obs.clocks_event_reasons or 0
+    bits = obs.reasons  # the power cap inferred from the draw where the reasons are not reported
     busy = obs.busy
     held = busy or bool(bits & HW_SLOWDOWN)  # hardware bits matter while they hold the clock
     clock = clock_vs_peers(obs, peers, cfg) if busy else None

@@ -35,4 +35,5 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
         lim = perf.power_limit
         why = f"power limit {lim.value:.0f} W vs peer median {lim.peer_median:.0f} W ({pct(lim.deviation)})"
         return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why, metric="power_limit_w")
-    return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), "SW power cap")
+    why = "SW power cap" if perf.obs.clocks_event_reasons is not None else "on its power cap (by its draw: reasons not reported)"
+    return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why)
