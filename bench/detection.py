@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.baseline import BaselineSettings, FixedThresholdDetector  # noqa: E402
 from bench.fleetgen import CAUSES, VARIANTS, Fault, Fleet, FleetConfig  # noqa: E402
+from bench.fleetgen.serving import serving_count  # noqa: E402
 
 try:
     import orjson
@@ -621,7 +622,9 @@ def write_docs(payload: dict) -> None:
     cfg = payload["config"]
     command = re.sub(r"\s--(json|docs-from)(\s+|=)\S+|\s--write-docs", "", payload["command"])
     commit = f", commit {payload['commit']}" if payload.get("commit") else ""
-    parts = [f"Run: `{command}` — {cfg['nodes']} nodes x 8 GPUs, {cfg['duration']:.0f} s of sample time, "
+    gpus = cfg.get("gpus_per_node", 8)
+    parts = [f"Run: `{command}` — {cfg['nodes']} training nodes + {serving_count(cfg['nodes'])} serving nodes x {gpus} GPUs, "
+             f"{cfg['duration']:.0f} s of sample time, "
              f"seed {cfg['seed']}, {payload['machine']}{commit}; wall time {payload['wall_s']:.0f} s.", ""]
     for run in payload["runs"]:
         parts.append(f"### {run['interval']:g} s sampling ({run['fleet_summary']})")
@@ -719,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
     T0[0] = t0
     fleets = _make_fleets(args, intervals, t0)
     example = fleets[0][1] or fleets[0][2]
-    print(f"fleet (seed {args.seed}): {args.nodes} nodes x 8 GPUs, {args.duration:.0f} s of sample time, "
+    print(f"fleet (seed {args.seed}): {args.nodes} training nodes + {serving_count(args.nodes)} serving nodes x {args.gpus_per_node} GPUs, "
+          f"{args.duration:.0f} s of sample time, "
           f"intervals {', '.join(f'{i:g} s' for i in intervals)}")
     print(example.describe())
     if fleets[0][1] is not None:
