@@ -271,13 +271,18 @@ class NodeSim:
     def _busy_power(self, g: _Gpu, r: _Reading, st: str) -> None:
         m, rng, job = self.model, self.rng, self.spec.job
         demand = job.compute_demand if st == "compute" else job.comm_demand if st == "comm" else job.eval_demand
-        demand *= m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.005)
-        if demand >= r.limit:
+        self._draw(r, demand * m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.005))
+
+    def _draw(self, r: _Reading, want: float) -> None:
+        """Power, clock and bits of a busy GPU whose work would draw `want` W at max clock: on
+        the cap (SW power cap bit, the clock down) where that is above its limit."""
+        m, rng = self.model, self.rng
+        if want >= r.limit:
             r.power = r.limit * rng.uniform(0.975, 0.998)
-            r.clock = m.sm_max * (r.limit / demand) ** 0.7
+            r.clock = m.sm_max * (r.limit / want) ** 0.7
             r.bits = SW_POWER_CAP
         else:
-            r.power = demand
+            r.power = want
             r.clock = m.sm_max - 15 * rng.randint(0, 1)
             r.bits = 0
 
@@ -304,15 +309,7 @@ class NodeSim:
             r.pcie = rng.uniform(2e4, 2e5)
             return
         r.busy = True
-        want = serve_demand(level) * m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.03)
-        if want >= r.limit:
-            r.power = r.limit * rng.uniform(0.975, 0.998)
-            r.clock = m.sm_max * (r.limit / want) ** 0.7
-            r.bits = SW_POWER_CAP
-        else:
-            r.power = want
-            r.clock = m.sm_max - 15 * rng.randint(0, 1)
-            r.bits = 0
+        self._draw(r, serve_demand(level) * m.power_limit * (1.0 + g.leak) * rng.gauss(1.0, 0.03))
         r.util = max(10, min(100, round(100 * level * rng.gauss(1.0, 0.04))))
         r.umem = 45.0 * level * rng.gauss(1.0, 0.1)
         r.pcie = 2e9 * level * max(0.2, rng.gauss(1.0, 0.3))
