@@ -12,7 +12,7 @@ from random import Random
 
 from bench.fleetgen.churn import add_churn
 from bench.fleetgen.faults import Fault, schedule
-from bench.fleetgen.layout import NODES_PER_RACK, Layout, NodeSpec, make_layout, pauses
+from bench.fleetgen.layout import NODES_PER_RACK, Layout, NodeSpec, add_pipelines, make_layout, pauses
 from bench.fleetgen.serving import describe as describe_serving
 from bench.fleetgen.serving import make_serving, serving_count, serving_model
 from bench.fleetgen.sim import NodeSim
@@ -42,6 +42,9 @@ class FleetConfig:
     # training fleet (bench/fleetgen/serving.py): one per 8 nodes, none when False. Drawn from
     # their own random stream, so the training nodes and their faults are the same either way.
     serving: bool = True
+    # Half the jobs of 4+ nodes pipeline-parallel, their end stages moving about half the
+    # InfiniBand bytes (layout.py add_pipelines); none when False. Their own random stream too.
+    pipelines: bool = True
 
     @property
     def steps(self) -> int:
@@ -65,6 +68,8 @@ class Fleet:
         rng = Random(f"{cfg.seed}:layout")
         self.layout = make_layout(cfg.nodes, cfg.duration, rng, gpus_per_node=cfg.gpus_per_node)
         add_churn(self.layout.nodes, self.layout.jobs, cfg.duration, rng, repause=lambda job: pauses(job, cfg.duration, rng))
+        if cfg.pipelines:
+            add_pipelines(self.layout.nodes, self.layout.jobs, Random(f"{cfg.seed}:pipelines"))
         training = Layout(list(self.layout.nodes), self.layout.jobs)
         if cfg.serving:
             self.layout.nodes += _serving_nodes(len(training.nodes), cfg, Random(f"{cfg.seed}:serving"))
@@ -129,7 +134,9 @@ class Fleet:
         for job in self.layout.jobs:
             models = sorted({self.layout.nodes[i].model.key for i in job.nodes})
             span = "" if job.start == 0 and job.end == math.inf else f", runs {job.start:.0f}-{min(job.end, self.cfg.duration):.0f} s"
-            lines.append(f"  {job.name}: {len(job.nodes)} nodes ({'+'.join(models)}), step {job.period:.1f} s, "
+            ends = [self.layout.nodes[i] for i in (job.nodes[0], job.nodes[-1])]
+            pipeline = f", pipeline-parallel (end stages {ends[0].ib_share:.0%} of the IB bytes)" if ends[0].ib_share < 1.0 else ""
+            lines.append(f"  {job.name}: {len(job.nodes)} nodes ({'+'.join(models)}){pipeline}, step {job.period:.1f} s, "
                          f"{'power-capped' if job.cap_bound else 'below cap'}, {len(job.checkpoints)} checkpoint and "
                          f"{len(job.evals)} evaluation pauses{span}")
         idle = [n.name for n in self.layout.nodes if n.job is None and n.serving is None]

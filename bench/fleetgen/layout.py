@@ -75,6 +75,9 @@ class NodeSpec:
     outage: tuple[float, float] | None = None  # its agent cannot push in this span; it spools
     gpus: int = 8  # GPUs of the node (all of its job's, like its ports)
     serving: Serving | None = None  # every GPU its own work (bench/fleetgen/serving.py), no job
+    # Its share of its job's InfiniBand traffic: a pipeline-parallel job's first and last stages
+    # send activations one way only, about half what its middle stages move (add_pipelines).
+    ib_share: float = 1.0
 
     @property
     def partition(self) -> str:
@@ -237,3 +240,18 @@ def pauses(job: Job, duration: float, rng: Random) -> None:
         evals.append((round(t), round(t + length)))
         t += length + rng.uniform(900.0, 2400.0)
     job.pauses = sorted([(a, b, "ckpt") for a, b in ckpts] + [(a, b, "eval") for a, b in evals])
+
+
+PIPELINE_P = 0.5  # a job of 4+ nodes is pipeline-parallel, one stage per node
+END_STAGE_SHARE = (0.5, 0.6)
+
+
+def add_pipelines(nodes: list[NodeSpec], jobs: list[Job], rng: Random) -> None:
+    """Some jobs are pipeline-parallel across their nodes: the first and last node (stage) of
+    such a job move about half the InfiniBand bytes its middle stages do, for as long as the
+    job runs. Drawn from its own stream: the rest of the fleet is the same with or without."""
+    for job in jobs:
+        if len(job.nodes) >= 4 and rng.random() < PIPELINE_P:
+            share = rng.uniform(*END_STAGE_SHARE)
+            for i in (job.nodes[0], job.nodes[-1]):
+                nodes[i].ib_share = share

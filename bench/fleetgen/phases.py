@@ -88,16 +88,15 @@ def nvlink_rates(spec: NodeSpec) -> tuple[float, ...]:
 
 
 def ib_rates(spec: NodeSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(bytes/s tx + rx, port_xmit_wait ticks/s) per port in each busy state; an idle port's
-    trickle is drawn per sample."""
+    """(bytes/s tx + rx, port_xmit_wait ticks/s) per port in each busy state (the node's share
+    of its job's: a pipeline's end stages move less); an idle port's trickle is drawn per sample."""
     job = spec.job
     if job is None:
         return (0.0,) * 5, (0.0,) * 5
     # A checkpoint's writes go to storage over the fabric at a trickle; an evaluation barely
     # talks to the other nodes.
-    bps = (0.0, job.ib_bps * job.ib_compute, job.ib_bps, job.ib_bps * 0.02, job.ib_bps * 0.002)
-    wait = (0.0, job.wait_per_s * 0.1, job.wait_per_s, job.wait_per_s * 0.01, job.wait_per_s * 0.001)
-    return bps, wait
+    bps, wait = job.ib_bps * spec.ib_share, job.wait_per_s * spec.ib_share
+    return (0.0, bps * job.ib_compute, bps, bps * 0.02, bps * 0.002), (0.0, wait * 0.1, wait, wait * 0.01, wait * 0.001)
 
 
 def dot(occ: tuple[float, ...], rates: tuple[float, ...]) -> float:

@@ -77,10 +77,12 @@ def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:
 
 
 def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_median: float, drop: float, z_min: float,
-                        noise_floor: float) -> dict[NodeValue, tuple[VsPeers, Robust]]:
+                        noise_floor: float, shared_tol: float | None = None) -> dict[NodeValue, tuple[VsPeers, Robust]]:
     """Each unit (a node, or a GPU of a node too small for a figure of its own) against the
     median of the *others* (one odd unit never moves its own reference); a unit is low when
-    drop below it and z_min robust deviations under it.
+    drop below it and z_min robust deviations under it, and, with `shared_tol`, no unit of
+    another node within shared_tol × that median of it (a figure two nodes share is their
+    work's: the two ends of a pipeline move half the bytes of its middle stages).
 
     A job of 12,500 nodes is one group: the others' median and MAD are read off the sorted
     values by rank (leave_one_out), not sorted again for every node (that was minutes of CPU
@@ -89,6 +91,7 @@ def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_medi
     if len({v.node for v in values}) < max(min_nodes, 2):
         return {}
     ordered = sorted(v.value for v in values)
+    by_value = sorted((v.value, v.node) for v in values) if shared_tol is not None else []
     deviations: dict[float, list[float]] = {}  # by the others' median (a few distinct ones): |v - m|, sorted
     out = {}
     for one in values:
@@ -103,8 +106,18 @@ def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_medi
         ref = Robust(median=m, mad=leave_one_out(spread, abs(one.value - m)), n=len(ordered) - 1)
         deviation = one.value / m - 1.0
         z = ref.z(one.value, noise_floor * m)
-        out[one] = (VsPeers(one.value, m, deviation, z, deviation <= -drop and z <= -z_min), ref)
+        low = deviation <= -drop and z <= -z_min
+        if low and shared_tol is not None:
+            low = not _shared(by_value, one, shared_tol * m)
+        out[one] = (VsPeers(one.value, m, deviation, z, low), ref)
     return out
+
+
+def _shared(by_value: list[tuple[float, str]], one: NodeValue, tolerance: float) -> bool:
+    """A unit of another node lies within `tolerance` of `one`'s value (`by_value` sorted)."""
+    lo = bisect_left(by_value, (one.value - tolerance,))
+    hi = bisect_right(by_value, (one.value + tolerance, "\U0010ffff"))
+    return any(node != one.node for _, node in by_value[lo:hi])
 
 
 def leave_one_out(ordered: Sequence[float], value: float) -> float:

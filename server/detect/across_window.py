@@ -83,11 +83,11 @@ def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg
     span = {"from": start, "to": end}
     for group, values in nvlink.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=cfg.nvlink_min_bps, drop=cfg.nvlink_bw_drop,
-                                     z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor)
+                                     z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor, shared_tol=cfg.shared_tol)
         verdicts += _verdicts("nvlink", judged, lambda unit, vs, ref: _finding("nvlink", unit, vs, ref, group, span, "NVLink", "per GPU", gbps))
     for group, values in ports.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=cfg.ib_min_bps, drop=cfg.ib_bw_drop,
-                                     z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor)
+                                     z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor, shared_tol=cfg.shared_tol)
         verdicts += _verdicts("network", judged, lambda unit, vs, ref: _finding("network", unit, vs, ref, group, span, "ports moving", "per port",
                                                                       gbps))
     for group, values in limits.items():

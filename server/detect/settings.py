@@ -59,9 +59,10 @@ class DetectionSettings(BaseModel):
     bw_noise_floor: float = Field(0.05, description="Smallest spread assumed for throughput, as a fraction of the peer median.")
     nvlink_min_bps: float = Field(1e9, description="NVLink throughput is judged only when the peer median moves at least this many bytes/s (a "
                                                    "compute phase moves next to nothing).")
-    nvlink_shared_tol: float = Field(0.1, description="A GPU's low NVLink throughput that another busy peer shares (within this fraction of the peer "
-                                                      "median) is the traffic of their work, not its links: a tensor-parallel replica under less "
-                                                      "load than the others, single-GPU replicas that use no NVLink.")
+    shared_tol: float = Field(0.1, description="A low throughput that another member shares (within this fraction of the median) is the traffic of "
+                                              "their work, not their links: a GPU's NVLink figure shared by a busy peer of its node (a "
+                                              "tensor-parallel replica under less load than the others), a node's port figure shared by another "
+                                              "node of its job (the first and last stages of a pipeline-parallel job).")
     ib_min_bps: float = Field(1e8, description="Port throughput is judged only when the peer median moves at least this many bytes/s.")
     ib_wait_floor_per_s: float = Field(2e5, description="The peer median transmit-wait (ticks/s) is taken as at least this, so congestion needs "
                                                         "ib_wait_factor times it (1e6 ticks/s) whatever the peers show: a quiet fabric's near-0 "

@@ -387,7 +387,7 @@ def test_counters_integrate_the_phases_gauges_show_the_instant(hour):
         nvl_total += nvl
         ib_total += ib
         expected_nvl += comm_rate * (fine["comm"] + job.nvlink_compute * fine["compute"])
-        expected_ib += job.ib_bps * (fine["comm"] + job.ib_compute * fine["compute"])
+        expected_ib += job.ib_bps * spec.ib_share * (fine["comm"] + job.ib_compute * fine["compute"])  # a pipeline end: its share
         # Gauges are what the GPU does at the sample's instant.
         st = state(spec, b["ts"] - t0, a["ts"] - t0)
         util = b["gpus"][0]["util_gpu_pct"]

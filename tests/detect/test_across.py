@@ -67,6 +67,20 @@ def test_against_other_nodes(name, values, min_nodes, low):
     assert {unit.node for unit, (vs, _) in judged.items() if vs.low} == low
 
 
+def test_a_low_figure_another_node_shares_is_their_work():
+    """The first and last stage of a pipeline-parallel job move about half the bytes of its
+    middle stages: a low figure shared by another node (within shared_tol × the median) is not
+    a node moving less; a lone one still is, and two GPUs of one small node are no pair."""
+    judge = lambda values, tol: {u.node for u, (vs, _) in against_other_nodes(  # noqa: E731
+        values, min_nodes=4, min_median=1.0, drop=0.3, z_min=3.0, noise_floor=0.05, shared_tol=tol).items() if vs.low}
+    ends = nodes(100, 101, 99, 100, 55, 57)
+    assert judge(ends, None) == {"n4", "n5"}
+    assert judge(ends, 0.1) == set()
+    assert judge(nodes(100, 101, 99, 100, 55, 80), 0.1) == {"n4"}
+    one_node = [*nodes(100, 101, 99, 100), NodeValue("n9", 55, 1, gpu=("GPU-a", 0)), NodeValue("n9", 56, 1, gpu=("GPU-b", 1))]
+    assert judge(one_node, 0.1) == {"n9"}
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_others_median_and_spread_are_those_of_the_others(seed):
     # against_other_nodes reads each node's reference off one sorted list; it must be exactly

@@ -11,7 +11,7 @@ below peers doing the same work. One finding carries every one of them that hold
   do different work spreads wide and is not judged). A warning. Not judged when the GPU itself
   is slowed (any thermal/power/hw_slowdown/clock verdict): a slow GPU also moves less over
   NVLink, and that fault is reported by its own rule. Nor when another busy peer moves as
-  little (within nvlink_shared_tol of the median): GPUs that talk to each other move the same
+  little (within shared_tol of the median): GPUs that talk to each other move the same
   bytes, so a shared low figure is their work's (the GPUs of a tensor-parallel replica with
   fewer requests than the others: bench/fleetgen/serving.py), whereas a GPU's own links slow
   it alone. Nor when it moves next to nothing (below nvlink_min_bps) over links that are up
@@ -56,7 +56,7 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     if obs.busy and peers is not None:
         bw = throughput_vs_peers(obs.nvlink_bps, peers.nvlink_bps, min_median=cfg.nvlink_min_bps, drop=cfg.nvlink_bw_drop, cfg=cfg)
     if bw is not None and bw.low and (bw.value < cfg.nvlink_min_bps
-                                      or peers.nvlink_bps.near(bw.value, cfg.nvlink_shared_tol * bw.peer_median) > 1):
+                                      or peers.nvlink_bps.near(bw.value, cfg.shared_tol * bw.peer_median) > 1):
         bw = None  # in no NVLink conversation, or sharing its low figure with a peer: its work's traffic
     slow = bw is not None and bw.low and _perf.triage(obs, peers, cfg) is None
     if slow or (parts and bw is not None and bw.low):
