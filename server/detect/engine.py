@@ -36,7 +36,7 @@ from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_p
 from server.detect.namesakes import NamesakeRates
 from server.detect.observe import GpuPrev, NicPrev, canonical, gpu_obs, nic_obs
 from server.detect.peers import gpu_peer_stats, nic_peer_stats
-from server.detect.persistence import Change, Condition
+from server.detect.persistence import Change, Condition, Resolved
 from server.detect.screen import Recent, gpu_bounds, gpu_may_find, nic_bounds, nic_may_find
 from server.detect.settings import DetectionSettings
 from server.peer_groups import nic_group, peer_group
@@ -336,11 +336,12 @@ class Detector:
         return node
 
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
+        arrived = {row["index"] for row in item.gpu_rows if row["uuid"] not in node.gpus}  # slots of GPUs new to the node
         gpus = self._observe_gpus(item, node)
         node_busy = any(o.busy for o in gpus)
         nics, keys = self._observe_nics(item, node_busy, node)
         changes = self._judge_gpus(item.ts, gpus)
-        changes += self._judge_missing(node, item)
+        changes += self._judge_missing(node, item, arrived)
         changes += self._judge_nics(item.ts, nics, keys)
         return changes
 
@@ -431,13 +432,17 @@ class Detector:
             changes += self._step(entity, findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=obs.index, uuid=obs.uuid)
         return changes
 
-    def _judge_missing(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
-        """A GPU that stopped reporting while its node still reports."""
+    def _judge_missing(self, node: _Node, item: NodeInstant, arrived: set[int]) -> list[EpisodeChange]:
+        """A GPU that stopped reporting while its node still reports. One whose slot a GPU new
+        to the node took was replaced (an RMA swap while the node was down): it left the node."""
         changes = []
         ts = item.ts
         reported = {row["uuid"] for row in item.gpu_rows}
         for uuid in node.gpus - reported:
             state = self.gpus[uuid]
+            if state.window.latest.index in arrived:
+                changes += self._retire(node, uuid, item)
+                continue
             state.absent += 1
             if state.absent == 1:
                 state.absent_since = ts
@@ -454,6 +459,20 @@ class Detector:
                 )
             changes += self._step(gpu_entity(uuid), {"lost": finding} if finding else {}, ts, frozenset(),
                                   cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
+        return changes
+
+    def _retire(self, node: _Node, uuid: str, item: NodeInstant) -> list[EpisodeChange]:
+        """A replaced GPU leaves its node: forgotten, and what was open on it ends at the node's
+        first sample without it. (Indices shift when a GPU vanishes from a node: the GPUs
+        after it are known to the node, so a vanished GPU is never taken for a replaced one.)"""
+        index = self.gpus[uuid].window.latest.index
+        node.gpus.discard(uuid)
+        del self.gpus[uuid]
+        changes = []
+        for entity in (gpu_entity(uuid), across_gpu_entity(uuid)):
+            for cause, cond in self.conditions.pop(entity, {}).items():
+                if cond.is_open:
+                    changes.append(EpisodeChange(entity, cause, item.cluster, item.node, index, uuid, Resolved(resolved_at=item.ts)))
         return changes
 
     def _judge_nics(self, ts: float, fresh: list[NicObs], keys: list[str]) -> list[EpisodeChange]:

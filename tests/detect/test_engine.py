@@ -451,3 +451,44 @@ def test_a_slow_gpu_among_three_of_its_group_is_found():
     opened = [c for c in changes if isinstance(c.change, Opened)]
     assert {(c.uuid, c.cause) for c in opened} == {("GPU-n0-1", "power")}
     assert opened[0].change.detected_at - opened[0].change.onset >= DetectionSettings().power_capped_open_after_s
+
+
+def _node_series(ts_range, uuids_of):
+    """One node of four GPUs; `uuids_of(ts)` its GPUs' UUIDs by index (None: not reported)."""
+    items = []
+    for ts in ts_range:
+        rows = []
+        for index, uuid in enumerate(uuids_of(ts)):
+            if uuid is not None:
+                row = gpu_row("n0", index, float(ts))
+                row["uuid"] = uuid
+                rows.append(row)
+        items.append(NodeInstant("c", "n0", {"job": "j"}, float(ts), rows, []))
+    return items
+
+
+def test_a_gpu_replaced_while_its_node_was_down_is_not_lost():
+    """Found by a probe: a node back from repair with GPU 3 swapped (a new UUID in its slot)
+    opened a critical `lost` episode for the old GPU that never ended, and a whole new board
+    eight of them: a node drained for good by the hints."""
+    old, new = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"], ["GPU-a", "GPU-b", "GPU-c", "GPU-NEW"]
+    # GPU-d opens a lost episode first (missing while its node reports), then the node goes
+    # down and comes back with another GPU in slot 3.
+    items = _node_series(range(100, 110), lambda ts: old)
+    items += _node_series(range(110, 115), lambda ts: old[:3] + [None])
+    items += _node_series(range(700, 720), lambda ts: new)
+    _, changes = run(items)
+    lost = [(c.uuid, type(c.change).__name__, c.change.resolved_at if isinstance(c.change, Resolved) else None)
+            for c in changes if c.cause == "lost"]
+    assert lost == [("GPU-d", "Opened", None), ("GPU-d", "Resolved", 700.0)]
+    swapped = _node_series(range(100, 110), lambda ts: old) + _node_series(range(700, 720), lambda ts: new)
+    assert [c for c in run(swapped)[1] if c.cause == "lost"] == []
+
+
+def test_a_gpu_vanishing_is_lost_even_when_the_others_are_renumbered():
+    """After a GPU falls off the bus, NVML enumerates the rest from 0 again: the GPUs after it
+    take lower indices, but they are known to the node, so none is taken for a replacement."""
+    items = _node_series(range(100, 110), lambda ts: ["GPU-a", "GPU-b", "GPU-c", "GPU-d"])
+    items += _node_series(range(110, 120), lambda ts: ["GPU-a", "GPU-c", "GPU-d"])
+    opened = [(c.uuid, c.cause) for c in run(items)[1] if isinstance(c.change, Opened)]
+    assert opened == [("GPU-b", "lost")]
