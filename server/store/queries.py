@@ -45,10 +45,11 @@ def node_gpus_latest(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:
         .where(schema.Gpu.node_id == node_id)
         .order_by(schema.Gpu.index)
     )
-    out, ids = [], []
+    out, ids, first_seen = [], [], []
     for row in conn.execute(stmt).mappings():
         metrics = {c.name: row[GpuSampleT.c[c.name]] for c in GpuSampleT.columns if c.name != "gpu_id"}
         ids.append(row[GpuT.c.id])
+        first_seen.append(row[GpuT.c.first_seen])
         out.append(
             {
                 "index": row[schema.Gpu.__table__.c.index],
@@ -58,11 +59,25 @@ def node_gpus_latest(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:
                 "latest": metrics if metrics["ts"] is not None else None,
             }
         )
+    kept = _not_replaced(out, first_seen)
+    out, ids = [out[i] for i in kept], [ids[i] for i in kept]
     # What uses each GPU now (issue #15): null when unknown; kind null when idle.
     now = workloads.current(conn, ids)
     for gpu, gpu_id in zip(out, ids):
         gpu["workload"] = now.get(gpu_id)
     return out
+
+
+def _not_replaced(gpus: list[dict[str, Any]], first_seen: list[float]) -> list[int]:
+    """Positions of the GPUs to show: not one whose slot (index) a GPU first seen after its last
+    sample holds (replaced while the node was down, as the detector judges it). A GPU that
+    vanished stays: the GPUs NVML renumbered after it were seen before it went."""
+    def last(i: int) -> float:
+        latest = gpus[i]["latest"]
+        return latest["ts"] if latest is not None else first_seen[i]
+
+    return [i for i, gpu in enumerate(gpus)
+            if not any(j != i and other["index"] == gpu["index"] and first_seen[j] > last(i) for j, other in enumerate(gpus))]
 
 
 def node_nics_latest(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:

@@ -167,6 +167,31 @@ def test_gpu_changing_slot_and_model_on_its_node_is_updated_not_refused(api):
     assert len(series["points"]) == 3
 
 
+def test_a_gpu_replaced_in_its_slot_leaves_the_node_view(api):
+    """A node back from repair with GPU 1 swapped listed both GPUs at index 1, the old one with
+    its last readings of before the repair."""
+    body = batch(node="n1", gpus=2, ts=T0)
+    first, old = (g["uuid"] for g in body["samples"][0]["gpus"])
+    _push(api, body)
+    back = batch(node="n1", gpus=2, ts=T0 + 3600)
+    back["samples"][0]["gpus"][0]["uuid"] = first
+    back["samples"][0]["gpus"][1]["uuid"] = new = "GPU-00000000-0000-0000-0000-00000000beef"
+    _push(api, back)
+    assert [(g["index"], g["uuid"]) for g in api.get("/api/v1/nodes/n1").json()["gpus"]] == [(0, first), (1, new)]
+    assert old not in {g["uuid"] for g in api.get("/api/v1/nodes/n1").json()["gpus"]}
+
+
+def test_a_vanished_gpu_stays_in_the_node_view_when_the_others_are_renumbered(api):
+    body = batch(node="n1", gpus=3, ts=T0)
+    uuids = [g["uuid"] for g in body["samples"][0]["gpus"]]
+    _push(api, body)
+    after = batch(node="n1", gpus=2, ts=T0 + 10)  # GPU 1 fell off the bus; GPU 2 is now GPU 1
+    for gpu, uuid in zip(after["samples"][0]["gpus"], (uuids[0], uuids[2])):
+        gpu["uuid"] = uuid
+    _push(api, after)
+    assert sorted(g["uuid"] for g in api.get("/api/v1/nodes/n1").json()["gpus"]) == sorted(uuids)
+
+
 def test_health_and_readiness(api):
     assert api.get("/healthz").json() == {"status": "ok"}
     assert api.get("/readyz").json()["database"] == "ok"
