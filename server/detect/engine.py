@@ -440,13 +440,13 @@ class Detector:
         reported = {row["uuid"] for row in item.gpu_rows}
         for uuid in node.gpus - reported:
             state = self.gpus[uuid]
-            if state.window.latest.index in arrived:
-                changes += self._retire(node, uuid, item)
+            last = state.window.latest
+            if last.index in arrived:
+                changes += self._retire(node, uuid, last.index, item)
                 continue
             state.absent += 1
             if state.absent == 1:
                 state.absent_since = ts
-            last = state.window.latest
             finding = None
             if state.absent >= self.cfg.missing_after_samples:
                 # Counted in the node's own samples: absence from consecutive samples is
@@ -461,11 +461,10 @@ class Detector:
                                   cluster=item.cluster, node=item.node, gpu=last.index, uuid=uuid, causes=("lost",))
         return changes
 
-    def _retire(self, node: _Node, uuid: str, item: NodeInstant) -> list[EpisodeChange]:
+    def _retire(self, node: _Node, uuid: str, index: int, item: NodeInstant) -> list[EpisodeChange]:
         """A replaced GPU leaves its node: forgotten, and what was open on it ends at the node's
         first sample without it. (Indices shift when a GPU vanishes from a node: the GPUs
         after it are known to the node, so a vanished GPU is never taken for a replaced one.)"""
-        index = self.gpus[uuid].window.latest.index
         node.gpus.discard(uuid)
         del self.gpus[uuid]
         changes = []
