@@ -17,6 +17,11 @@ import msgspec
 from agent import fields
 from server.detect.model import GpuObs, NicObs, copied_readings, derived_names
 
+# Byte counters that stand still while traffic flows may not have been refreshed yet: drivers
+# that cannot read the hardware at every read serve a copy refreshed periodically (kernel
+# Documentation/networking/statistics.rst). Still this long, a byte counter reads a real 0.
+HELD_S = 30.0
+SPAN_S = 4.0  # a byte counter's rate spans at least this much sample time (held_rate)
 NAMES_KEPT = 4096  # distinct names kept once (a port's state, a GPU model, a peer group)
 _NAMES: dict[str, str] = {}
 
@@ -42,6 +47,10 @@ class Recipe:
     port was a tenth of the detector's memory). A counter that decreased was reset (a driver
     reload, a reboot): no rate or increase across it; without a previous sample or with no time
     between the two, no rate.
+    A byte counter that stands still keeps its last rate, up to HELD_S, and moving again its
+    rate is taken over the time since it last moved (held_rate): a counter refreshed every
+    second or two, read at 1 s, reads 0 then twice the traffic, which compared with peers is a
+    port or link at 0.
     A rate of a counter that did not move is the one 0.0 of the code (error counters mostly do
     not: a float object of their own in every observation was another tenth). Rows normally
     carry every column (the detection source reads them all); one that lacks some is read with
@@ -57,14 +66,22 @@ class Recipe:
         # Steady readings (a power limit, a link rate): the previous row's value object when the
         # value is the same, so that the observations and past records of a GPU share one.
         v = {name: f"v{i}" for i, name in enumerate(steady)}
-        rate_exprs = []
+        rate_exprs, held_lines = [], []
+        held = {rate: f"h{i}" for i, rate in enumerate(r for r in rates if _held(readings, r))}
         for rate in rates:
             parts = [d[r.name] for r in counters if r.rate == rate]
             moved = " or ".join(parts)
-            rate_exprs.append(f"None if dt <= 0 or {' or '.join(f'{p} is None' for p in parts)} "
-                              f"else (({' + '.join(parts)}) / dt if {moved} else 0.0)")
+            unknown = " or ".join(f"{p} is None" for p in parts)
+            if rate not in held:
+                rate_exprs.append(f"None if dt <= 0 or {unknown} else (({' + '.join(parts)}) / dt if {moved} else 0.0)")
+                continue
+            h, r = held[rate], f"r{held[rate]}"
+            now = [b[x.name] for x in counters if x.rate == rate]
+            total = f"None if {' or '.join(f'{v} is None' for v in now)} else {' + '.join(now)}"
+            held_lines.append([f"{r}, {h} = held_rate(prev.{h}, at, prev.ts, {total}, {unknown}) if dt > 0 else (None, prev.{h})"])
+            rate_exprs.append(r)
         delta_exprs = [next(d[r.name] for r in counters if r.delta == delta) for delta in deltas]
-        kept = [*((r.name, Any) for r in counters), *((n, Any) for n in steady)]
+        kept = [*((r.name, Any) for r in counters), *((n, Any) for n in steady), *((h, tuple) for h in held.values())]
         self.prev = msgspec.defstruct(f"{kind.__name__}Prev", [("ts", float), *kept], gc=False, module=__name__)
 
         def build(get, derived: list[str], shared: bool) -> str:
@@ -80,11 +97,19 @@ class Recipe:
                 out += [f"{indent}{var} = {get('row', name)}",
                         f"{indent}if {var} == prev.{name}:",
                         f"{indent}    {var} = prev.{name}"]
-            return out
+            return out + [indent + line for lines in held_lines for line in lines]
+
+        def first_checkpoint(rate: str) -> str:
+            now = [get_row(x.name) for x in counters if x.rate == rate]
+            return f"((None,) if {' or '.join(f'{v} is None' for v in now)} else (None, at, {' + '.join(now)}))"
+
+        def get_row(name: str) -> str:
+            return f"row.get({name!r})"
 
         def remember(get, fresh: bool) -> str:
             values = ["at", *(get("row", r.name) if fresh else b[r.name] for r in counters),
-                      *(get("row", name) if fresh else var for name, var in v.items())]
+                      *(get("row", name) if fresh else var for name, var in v.items()),
+                      *(first_checkpoint(rate) if fresh else h for rate, h in held.items())]
             return f"state.prev = Prev({', '.join(values)})"
 
         def item(obj: str, key: str) -> str:
@@ -109,11 +134,36 @@ class Recipe:
                  f"    {remember(lookup, False)}",
                  f"    return {build(lookup, rate_exprs + delta_exprs, True)}"]
         self.source = "\n".join(lines)
-        namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical}
+        namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical, "held_rate": held_rate}
         exec(compile(self.source, f"<observe recipe: {name}>", "exec"), namespace)
         self.make = namespace[name]
         # What a reader of stored samples must fetch for these observations.
         self.columns = tuple(dict.fromkeys((*(r.name for r in copied), *(r.name for r in counters))))
+
+
+def held_rate(h: tuple, at: float, prev_ts: float, total: int | None, unknown: bool) -> tuple[float | None, tuple]:
+    """A byte counter's rate at `at`, and what the next sample needs: `h` is (the rate last
+    measured, then (time, total) pairs, oldest first, of the samples where the counters moved).
+    Still, the rate last measured (the counter not refreshed yet), until they have stood still
+    for HELD_S: then a real 0. Moving, the rate since the newest pair at least SPAN_S back (else
+    the oldest): a refresh that lands just after a sample counts over several intervals, not
+    all in one and none in the next."""
+    if unknown or total is None or len(h) < 3:  # the first sample, a reset, or not read
+        return None, ((None,) if total is None else (None, at, total))
+    last_ts, last_total = h[-2], h[-1]
+    if total == last_total:
+        return (h[0] if at - last_ts < HELD_S else 0.0), h
+    pairs = h[1:] if prev_ts - last_ts < HELD_S else (prev_ts, last_total)  # else from the real 0
+    i = len(pairs) - 2
+    while i > 0 and pairs[i] > at - SPAN_S:
+        i -= 2
+    rate = (total - pairs[i + 1]) / (at - pairs[i])
+    return rate, (rate, *pairs[i:], at, total)
+
+
+def _held(readings: tuple[fields.Reading, ...], rate: str) -> bool:
+    """A rate of byte counters: taken over the time since they last moved (Recipe)."""
+    return all(r.unit == "bytes" for r in readings if r.rate == rate)
 
 
 def _copied(reading: fields.Reading, get) -> str:
