@@ -383,3 +383,7 @@ class Finding:
     # Sample time its run of hits must span before an episode opens, where the rule asks for
     # longer than the detector's open_after_s (persistence.py).
     open_after_s: float | None = None
+    # Hits in a row it needs before an episode opens: a throughput figure alone asks for 2 (a
+    # slow link is slow at every sample; a counter its driver refreshed late reads low, then
+    # high, and the run of hits tolerates a miss between two: persistence.py).
+    in_row: int = 1

@@ -2,7 +2,8 @@
 instants once the run of hits spans `open_after_s` of sample time (a transient is not a
 straggler: at 1 s sampling three slow samples span 2 s), resolve after m consecutive clean ones
 spanning at least `clear_after_s` of sample time (hysteresis), so one fault is one episode.
-A finding may ask for a longer run than `open_after_s` (Finding.open_after_s).
+A finding may ask for a longer run than `open_after_s` (Finding.open_after_s), or for its
+last hits to come in a row (Finding.in_row).
 
 A run of hits survives up to n - k clean instants in a row (a fault that shows only in some
 phases of a training step stays one run); n - k + 1 clean instants end it."""
@@ -75,9 +76,18 @@ class Condition:
         if finding.immediate:
             return self._open(finding, ts, hits[0])
         wanted = self.open_after_s if finding.open_after_s is None else max(self.open_after_s, finding.open_after_s)
-        if len(hits) >= self.k and ts - self.run_start >= wanted:
+        if len(hits) >= self.k and ts - self.run_start >= wanted and self._in_row() >= finding.in_row:
             return self._open(finding, ts, min(hits[0], self.run_start))
         return None
+
+    def _in_row(self) -> int:
+        """Hits at the latest instants, without a miss between."""
+        n = 0
+        for _, f in reversed(self.recent):
+            if f is None:
+                break
+            n += 1
+        return n
 
     def _open(self, finding: Finding, ts: float, first_hit: float) -> Opened:
         self.is_open, self.severity = True, finding.severity

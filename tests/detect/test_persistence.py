@@ -14,6 +14,7 @@ def hit(severity="warning", immediate=False):
 
 W, C, NOW = hit(), hit("critical"), hit(immediate=True)  # warning, critical, immediate
 LONG = Finding(cause="power", severity="warning", summary="capped", evidence={}, open_after_s=4.0)  # asks for a 4 s run
+ROW = Finding(cause="network", severity="warning", summary="port moving less", evidence={}, in_row=2)  # a throughput figure alone
 _ = None
 
 CASES = [
@@ -30,6 +31,9 @@ CASES = [
     ("a finding asking for a 4 s run opens once its run spans 4 s", [LONG, LONG, LONG, LONG, LONG, LONG], [(5, "open", 1)]),
     ("...its run surviving one clean instant", [LONG, LONG, _, LONG, LONG, LONG], [(5, "open", 1)]),
     ("...and starting again after two", [LONG, LONG, _, _, LONG, LONG, LONG, LONG, LONG], [(9, "open", 5)]),
+    ("a finding asking for 2 in a row: low, high, low, high never opens (a counter refreshed late)",
+     [ROW, _, ROW, _, ROW, _, ROW], []),
+    ("...two in a row open it, onset at the run's first hit", [ROW, _, ROW, ROW], [(4, "open", 1)]),
 ]
 
 

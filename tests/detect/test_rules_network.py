@@ -83,6 +83,12 @@ def test_summary_combines_rate_errors_and_throughput():
     assert (f.evidence["metric"], f.evidence["value"], f.evidence["peer_median"]) == ("rate_gbps", 200.0, 400.0)
 
 
+def test_a_throughput_figure_alone_asks_for_two_hits_in_a_row():
+    assert network.evaluate(one(nic(bps=8e9)), PEERS, CFG).in_row == 2
+    assert network.evaluate(nic_series(rate_gbps=200.0, bps=8e9, counts={SYM: [3, 3]}), PEERS, CFG).in_row == 1
+    assert network.evaluate(one(nic(bps=8e9, xmit_wait_per_s=6e7)), nic_peers(wait_scale=10), CFG).in_row == 1
+
+
 def test_transmit_wait_summary():
     f = network.evaluate(one(nic(xmit_wait_per_s=6e7)), nic_peers(wait_scale=10), CFG)
     assert f.summary == "mlx5_0 port 1 transmit-wait 6e+07 ticks/s, 30× the peer median 2e+06"

@@ -44,6 +44,8 @@ ROWS = [
     Row("one GPU at 60 GB/s, its 7 peers at ~150", one(gpu(nvlink_bps=60e9)), peers_of(group(7) + [gpu(nvlink_bps=60e9)]), "nvlink", "warning"),
     Row("a tensor-parallel pair at 60 GB/s beside replicas at ~150: their work's traffic", one(gpu(nvlink_bps=60e9)),
         peers_of(group(6) + [gpu(nvlink_bps=60e9), gpu(index=7, nvlink_bps=63e9)]), None),
+    Row("a pair at 60 GB/s, the partner's figure unknown at this instant (not read): maybe shared", one(gpu(nvlink_bps=60e9)),
+        peers_of(group(6) + [gpu(nvlink_bps=60e9), gpu(index=7, nvlink_bps=None)]), None),
     Row("a single-GPU replica (0 GB/s, links up and clean) beside tensor-parallel ones", one(gpu(nvlink_bps=0.0)),
         peers_of(group(7) + [gpu(nvlink_bps=0.0)]), None),
     Row("throughput unknown (first sample)", one(gpu(nvlink_bps=None)), PEERS, None),
@@ -78,3 +80,10 @@ def test_headline_numbers_belong_to_the_headline_metric():
     f = nvlink.evaluate(series(7, nvlink_bps=80e9, counts={CRC: [3, 3]}), PEERS, CFG)
     assert (f.evidence["metric"], f.evidence["value"]) == ("nvlink_errors_in_window", 6)
     assert "peer_median" not in f.evidence and f.evidence["peer_nvlink_bps"] == 150e9
+
+
+def test_a_throughput_figure_alone_asks_for_two_hits_in_a_row():
+    assert nvlink.evaluate(one(gpu(nvlink_bps=90e9)), PEERS, CFG).in_row == 2
+    # With an error or a link down beside it, the graver problem opens as before.
+    assert nvlink.evaluate(one(gpu(nvlink_links_up=16, nvlink_bps=90e9)), PEERS, CFG).in_row == 1
+    assert nvlink.evaluate(series(7, nvlink_bps=80e9, counts={CRC: [3, 3]}), PEERS, CFG).in_row == 1

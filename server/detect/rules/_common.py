@@ -68,6 +68,12 @@ def clock_vs_peers(obs: GpuObs, peers: PeerStats | None, cfg: DetectionSettings)
     return VsPeers(obs.sm_clock_mhz, ratio_median * peer_max, deviation, z, low)
 
 
+# A throughput figure alone (no error, no link down) opens an episode only after this many
+# hits in a row: a slow link is slow at every sample, while a counter its driver refreshed
+# late reads low, then high (Finding.in_row).
+THROUGHPUT_IN_ROW = 2
+
+
 def throughput_vs_peers(value: float | None, stats: Robust | None, *, min_median: float, drop: float,
                         cfg: DetectionSettings) -> VsPeers | None:
     """Bytes/s against the peers': None when either side is unknown or the peers themselves

@@ -23,7 +23,7 @@ busy — moves far less than its peer ports, or waits to transmit far more than 
 from __future__ import annotations
 
 from server.detect.model import Finding, NicObs, NicPeerStats, Window
-from server.detect.rules._common import at_least, gbps, increase, lead, new_in_window, pct, rnd, throughput_vs_peers
+from server.detect.rules._common import THROUGHPUT_IN_ROW, at_least, gbps, increase, lead, new_in_window, pct, rnd, throughput_vs_peers
 from server.detect.settings import DetectionSettings
 
 CAUSE = "network"
@@ -48,6 +48,7 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
     parts: list[str] = []
     evidence: dict = {}
     critical = False
+    throughput = None
 
     expected, against = _expected_rate(obs, peers)
     if obs.rate_gbps is not None and expected is not None and obs.rate_gbps < expected * (1 - RATE_TOLERANCE):
@@ -72,7 +73,8 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
     if peers is not None and obs.node_busy:
         bw = throughput_vs_peers(obs.bps, peers.bps, min_median=cfg.ib_min_bps, drop=cfg.ib_bw_drop, cfg=cfg)
         if bw is not None and bw.low:
-            parts.append(f"moving {gbps(bw.value)} vs peer median {gbps(bw.peer_median)} ({pct(bw.deviation)}) while the node is busy")
+            throughput = f"moving {gbps(bw.value)} vs peer median {gbps(bw.peer_median)} ({pct(bw.deviation)}) while the node is busy"
+            parts.append(throughput)
             lead(evidence, "bps", bw.value, peer_median=bw.peer_median, deviation=rnd(bw.deviation))
             evidence.update(bps=bw.value, peer_bps=bw.peer_median, bps_z=rnd(bw.z, 2))
 
@@ -89,7 +91,8 @@ def evaluate(window: Window, peers: NicPeerStats | None, cfg: DetectionSettings)
     if not parts:
         return None
     return Finding(cause=CAUSE, severity="critical" if critical else "warning", summary=f"{label} " + "; ".join(parts),
-                   evidence={k: v for k, v in {**base, **evidence}.items() if v is not None})
+                   evidence={k: v for k, v in {**base, **evidence}.items() if v is not None},
+                   in_row=THROUGHPUT_IN_ROW if parts == [throughput] else 1)
 
 
 def _expected_rate(obs: NicObs, peers: NicPeerStats | None) -> tuple[float | None, str]:

@@ -16,14 +16,15 @@ below peers doing the same work. One finding carries every one of them that hold
   fewer requests than the others: bench/fleetgen/serving.py), whereas a GPU's own links slow
   it alone. Nor when it moves next to nothing (below nvlink_min_bps) over links that are up
   and clean: it is in no NVLink conversation (a single-GPU replica beside tensor-parallel
-  ones); links that fail show as down or erroring.
+  ones); links that fail show as down or erroring. Nor when a busy peer's figure is unknown
+  at that instant (not read, a counter reset): the one that would share it may be that one.
 """
 
 from __future__ import annotations
 
 from server.detect.model import Finding, PeerStats, Window
 from server.detect.rules import _perf
-from server.detect.rules._common import at_least, drop_none, gbps, gpu_label, increase, lead, pct, rnd, throughput_vs_peers
+from server.detect.rules._common import THROUGHPUT_IN_ROW, at_least, drop_none, gbps, gpu_label, increase, lead, pct, rnd, throughput_vs_peers
 from server.detect.settings import DetectionSettings
 
 CAUSE = "nvlink"
@@ -56,8 +57,9 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     if obs.busy and peers is not None:
         bw = throughput_vs_peers(obs.nvlink_bps, peers.nvlink_bps, min_median=cfg.nvlink_min_bps, drop=cfg.nvlink_bw_drop, cfg=cfg)
     if bw is not None and bw.low and (bw.value < cfg.nvlink_min_bps
-                                      or peers.nvlink_bps.near(bw.value, cfg.shared_tol * bw.peer_median) > 1):
-        bw = None  # in no NVLink conversation, or sharing its low figure with a peer: its work's traffic
+                                      or peers.nvlink_bps.near(bw.value, cfg.shared_tol * bw.peer_median) > 1
+                                      or peers.nvlink_bps.n < peers.size):
+        bw = None  # in no NVLink conversation, sharing its low figure with a peer (or maybe: a peer's unknown)
     slow = bw is not None and bw.low and _perf.triage(obs, peers, cfg) is None
     if slow or (parts and bw is not None and bw.low):
         parts.append(f"NVLink {gbps(bw.value)} vs peer median {gbps(bw.peer_median)} ({pct(bw.deviation)})")
@@ -67,4 +69,5 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
         return None
     evidence.update(nvlink_bps=obs.nvlink_bps, links_up=up, links_total=total, util_gpu_pct=obs.util_gpu_pct)
     severity = "critical" if links_down else "warning"
-    return Finding(cause=CAUSE, severity=severity, summary=f"{label} " + "; ".join(parts), evidence=drop_none(evidence))
+    return Finding(cause=CAUSE, severity=severity, summary=f"{label} " + "; ".join(parts), evidence=drop_none(evidence),
+                   in_row=THROUGHPUT_IN_ROW if len(parts) == 1 and evidence.get("metric") == "nvlink_bps" else 1)
