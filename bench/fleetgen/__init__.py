@@ -15,7 +15,10 @@ detection is judged on fleets it never saw:
   outage whose spool is replayed afterwards (churn.py, timing.py): none of it a fault;
 - beside the training jobs, one node in eight serves: inference replicas of 1, 2 or 4 GPUs,
   each with its own load, under a job label or only a partition (serving.py), so GPUs of one
-  model and label are busy side by side without doing the same work.
+  model and label are busy side by side without doing the same work;
+- a quarter of the nodes serve byte counters as their drivers last refreshed them, every
+  second or two, each device on its own phase (cached.py): read at 1 s, a port reads 0 now and
+  then (or every other sample), then twice its traffic.
 
     fleet = Fleet(FleetConfig(nodes=32, interval=1.0, duration=3600, seed=1))
     fleet.truth                       # [Fault(node, gpu, cause, variant, start, end, ...)]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from random import Random
 
+from bench.fleetgen import cached
 from bench.fleetgen.churn import add_churn
 from bench.fleetgen.faults import Fault, schedule
 from bench.fleetgen.layout import NODES_PER_RACK, Layout, NodeSpec, add_pipelines, make_layout, pauses
@@ -45,6 +46,9 @@ class FleetConfig:
     # Half the jobs of 4+ nodes pipeline-parallel, their end stages moving about half the
     # InfiniBand bytes (layout.py add_pipelines); none when False. Their own random stream too.
     pipelines: bool = True
+    # A quarter of the nodes serve byte counters (NVLink, InfiniBand) as their driver last
+    # refreshed them, every second or two (cached.py); none when False. Their own random stream too.
+    cached_counters: bool = True
 
     @property
     def steps(self) -> int:
@@ -73,6 +77,9 @@ class Fleet:
         training = Layout(list(self.layout.nodes), self.layout.jobs)
         if cfg.serving:
             self.layout.nodes += _serving_nodes(len(training.nodes), cfg, Random(f"{cfg.seed}:serving"))
+        if cfg.cached_counters:
+            for spec in self.layout.nodes:
+                spec.cached_counters = cached.draw(cfg.seed, spec.idx)
         self.phases, self.times = [], []
         for spec in self.layout.nodes:
             phase, times = sample_times(cfg.t0, cfg.interval, cfg.steps, sync=cfg.sync, rng=Random(f"{cfg.seed}:clock:{spec.idx}"))

@@ -78,6 +78,9 @@ class NodeSpec:
     # Its share of its job's InfiniBand traffic: a pipeline-parallel job's first and last stages
     # send activations one way only, about half what its middle stages move (add_pipelines).
     ib_share: float = 1.0
+    # (period, seed of the phases) of the refreshes its drivers serve byte counters from (cached.py);
+    # None: read from the hardware at every sample.
+    cached_counters: tuple[float, int] | None = None
 
     @property
     def partition(self) -> str:

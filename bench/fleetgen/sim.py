@@ -10,6 +10,7 @@ import math
 from bisect import bisect_left
 from random import Random
 
+from bench.fleetgen.cached import CachedCounters
 from bench.fleetgen.faults import Fault
 from bench.fleetgen.layout import BUSY, WORKING, NodeSpec
 from bench.fleetgen.models import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL, SXM_BUS_IDS, Model
@@ -141,6 +142,7 @@ class NodeSim:
             n.discards = rng.randrange(0, 100)
             n.wait = rng.randrange(1 << 30, 1 << 36)
             self.nics.append(n)
+        self.cache = CachedCounters(*spec.cached_counters) if spec.cached_counters is not None else None
         self.noise = self._noise_events(rng, duration)
         # Steady temperatures at the first sample for what the node is doing then.
         first = min(bisect_left(times, t0 + spec.appear), len(times) - 1)
@@ -479,11 +481,15 @@ class NodeSim:
             "pcie_replay_total": g.pcie_replay,
             "pcie_tx_bytes_per_s": float(int(r.pcie) // 1024 * 1024), "pcie_rx_bytes_per_s": float(int(r.pcie * 0.3) // 1024 * 1024),
             "nvlink_links_up": r.links_up, "nvlink_links_total": m.nvlink_links,
-            "nvlink_tx_bytes_total": g.nvl_tx, "nvlink_rx_bytes_total": g.nvl_rx,
+            "nvlink_tx_bytes_total": self._shown(("nvl_tx", f"gpu{g.index}"), t.ts, g.nvl_tx),
+            "nvlink_rx_bytes_total": self._shown(("nvl_rx", f"gpu{g.index}"), t.ts, g.nvl_rx),
             "nvlink_crc_errors_total": g.crc, "nvlink_replay_errors_total": g.replay, "nvlink_recovery_errors_total": g.recovery,
             "ecc_corrected_total": g.ecc_c, "ecc_uncorrected_total": g.ecc_u, "remapped_rows_pending": g.pending,
             "xids": r.xids,
         }
+
+    def _shown(self, key: tuple, ts: float, true: int) -> int:
+        return true if self.cache is None else self.cache.shown(key, ts, true)
 
     def _faulty_near(self, gpu: int, ts: float, margin: float = 180.0) -> bool:
         return any(f.gpu == gpu and f.start - margin <= ts < f.end + margin for f in self.faults)
@@ -525,7 +531,8 @@ class NodeSim:
         n.wait += int(wait)
         return {
             "device": n.device, "port": 1, "state": state, "rate_gbps": rate,
-            "tx_bytes_total": n.tx, "rx_bytes_total": n.rx, "symbol_errors_total": n.symbol,
+            "tx_bytes_total": self._shown(("tx", n.device), t.ts, n.tx), "rx_bytes_total": self._shown(("rx", n.device), t.ts, n.rx),
+            "symbol_errors_total": n.symbol,
             "link_downed_total": n.downed, "rcv_errors_total": n.rcv, "xmit_discards_total": n.discards,
             "xmit_wait_total": n.wait,
         }

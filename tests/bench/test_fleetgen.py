@@ -435,13 +435,15 @@ def test_pauses_are_the_whole_jobs_at_once(hour):
                     gpus, nic = b["gpus"], b["nics"][0]
                     ib = (nic["tx_bytes_total"] + nic["rx_bytes_total"] - a["nics"][0]["tx_bytes_total"]
                           - a["nics"][0]["rx_bytes_total"]) / (off - poff)
+                    # Counters a driver refreshes (cached.py) do not cover the interval.
+                    counted = spec.cached_counters is None
                     if kind == "ckpt":
                         assert all(g["clocks_event_reasons"] == IDLE and g["util_gpu_pct"] == 0 for g in gpus)
                     else:
                         assert all(60 <= g["util_gpu_pct"] <= 90 and g["clocks_event_reasons"] == 0 for g in gpus)
                         nvl = (gpus[0]["nvlink_tx_bytes_total"] - a["gpus"][0]["nvlink_tx_bytes_total"]) / (off - poff)
-                        assert 0 < nvl < 0.15 * spec.model.nvlink_peak * job.nvlink_frac
-                    assert ib < 0.03 * job.ib_bps
+                        assert not counted or 0 < nvl < 0.15 * spec.model.nvlink_peak * job.nvlink_frac
+                    assert not counted or ib < 0.03 * job.ib_bps
         assert seen == {"ckpt", "eval"} or spec.span[0] > 0, spec.name
 
 
