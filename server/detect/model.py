@@ -65,28 +65,27 @@ def _sm_clock_ratio(self) -> float | None:
 HOLDS_CLOCK = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
 
 
-# A GPU that reports no clock-event reasons (a driver or vGPU answering NOT_SUPPORTED) and draws
-# this share of its enforced limit is taken to be on its power cap, as the SW power cap bit
-# would say: what the power controller does at the limit (busy GPUs with the bit draw 97-99%
-# of it in the real RTX 4090 dumps).
+# A GPU that draws this share of its enforced limit is on its power cap, as the SW power cap
+# bit would say, whether or not the bit is reported (a driver or vGPU answering NOT_SUPPORTED)
+# or set in this sample (the bits read a moment apart from the clock and the draw): what the
+# power controller does at the limit (busy GPUs with the bit draw 97-99% of it in the real RTX
+# 4090 dumps). A GPU slowed by anything else draws less.
 CAP_DRAW = 0.97
 
 
 def _reasons(self) -> int:
-    """The clock-event reason bits, the SW power cap bit inferred from the power draw where the
-    GPU does not report them."""
-    bits = self.clocks_event_reasons
-    if bits is not None:
-        return bits
+    """The clock-event reason bits (0 where not reported), with the SW power cap bit where the
+    power draw says the GPU is on its cap."""
+    bits = self.clocks_event_reasons or 0
     limit, power = self.power_limit_w, self.power_w
-    return SW_POWER_CAP if limit and power is not None and power >= CAP_DRAW * limit else 0
+    return bits | SW_POWER_CAP if limit and power is not None and power >= CAP_DRAW * limit else bits
 
 
 def _free_clock(self) -> float | None:
     """The SM clock ratio of a busy GPU that nothing holds down (no power, thermal or slowdown
     reason); None otherwise. Unlike the clock itself this does not depend on when in a step it
     was read, so GPUs of different nodes compare (server/detect/across_window.py)."""
-    if not self.busy or self.clocks_event_reasons is None or self.clocks_event_reasons & HOLDS_CLOCK:
+    if not self.busy or self.clocks_event_reasons is None or _reasons(self) & HOLDS_CLOCK:
         return None  # held down, or no telling (a GPU whose driver does not report the reasons)
     return self.sm_clock_ratio
 

@@ -104,3 +104,21 @@ def test_without_reasons_the_power_cap_is_read_from_the_draw():
     capped = group(clocks_event_reasons=None, power_w=690.0)
     f = power.evaluate(one(busiest), peers_of(capped + [busiest]), CFG)
     assert f.evidence["trigger"] == "clock_below_peers_and_sw_power_cap" and "reasons not reported" in f.summary
+
+
+def test_on_the_cap_by_its_draw_when_the_bit_is_not_set_in_this_sample():
+    """The reason bits are read a moment apart from the clock and the draw: a GPU at 99% of its
+    limit whose SW power cap bit is clear in this sample is on its cap all the same (a probe
+    clearing the bit in 15% of capped samples drew 7-8 false `clock` episodes an hour on the
+    serving nodes: "no clock-event reason explains it")."""
+    uncapped = group(power_w=450.0, clocks_event_reasons=0)
+    busiest = gpu(sm_clock_mhz=1782, power_w=695.0, clocks_event_reasons=0)
+    assert busiest.reasons == SW_POWER_CAP and busiest.free_clock is None
+    assert check_row(Row("bit clear, on the cap by its draw, peers below theirs", one(busiest), peers_of(uncapped + [busiest]), None)) is None
+    capped = group(power_w=690.0)
+    f = power.evaluate(one(busiest), peers_of(capped + [busiest]), CFG)
+    assert f.evidence["trigger"] == "clock_below_peers_and_sw_power_cap"
+    assert "on its power cap (by its draw; SW power cap bit not set)" in f.summary
+    # Slowed by anything else, a GPU draws less: an unexplained slow clock stays one.
+    slow = gpu(sm_clock_mhz=1700, power_w=560.0, clocks_event_reasons=0)
+    assert check_row(Row("bit clear, drawing 80%", one(slow), peers_of(uncapped + [slow]), "clock", "warning")) is not None

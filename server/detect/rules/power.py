@@ -17,7 +17,7 @@ peers', or the SW power cap holding its clock below its peers'.
 
 from __future__ import annotations
 
-from server.detect.model import Finding, PeerStats, Window
+from server.detect.model import SW_POWER_CAP, Finding, PeerStats, Window
 from server.detect.rules import _perf
 from server.detect.rules._common import pct
 from server.detect.settings import DetectionSettings
@@ -35,5 +35,10 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
         lim = perf.power_limit
         why = f"power limit {lim.value:.0f} W vs peer median {lim.peer_median:.0f} W ({pct(lim.deviation)})"
         return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why, metric="power_limit_w")
-    why = "SW power cap" if perf.obs.clocks_event_reasons is not None else "on its power cap (by its draw: reasons not reported)"
-    return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), why)
+    return _perf.finding(perf, _perf.severity_by_drop(perf, cfg), _cap(perf.obs.clocks_event_reasons))
+
+
+def _cap(bits: int | None) -> str:
+    if bits is None:
+        return "on its power cap (by its draw: reasons not reported)"
+    return "SW power cap" if bits & SW_POWER_CAP else "on its power cap (by its draw; SW power cap bit not set)"
