@@ -78,7 +78,15 @@ class Recipe:
             h, r = held[rate], f"r{held[rate]}"
             now = [b[x.name] for x in counters if x.rate == rate]
             total = f"None if {' or '.join(f'{v} is None' for v in now)} else {' + '.join(now)}"
-            held_lines.append([f"{r}, {h} = held_rate(prev.{h}, at, prev.ts, {total}, {unknown}) if dt > 0 else (None, prev.{h})"])
+            # The usual sample inline (moved, its last move at least SPAN_S back, no real 0
+            # before it: one interval's rate, as held_rate would give); the rest through it.
+            held_lines.append([f"{h} = prev.{h}",
+                               f"if dt > 0 and not ({unknown}) and ({moved}) and len({h}) > 2 and {h}[-2] <= at - SPAN_S "
+                               f"and prev.ts - {h}[-2] < HELD_S:",
+                               f"    {r} = ({' + '.join(parts)}) / (at - {h}[-2])",
+                               f"    {h} = ({r}, {h}[-2], {h}[-1], at, {' + '.join(now)})",
+                               "else:",
+                               f"    {r}, {h} = held_rate({h}, at, prev.ts, {total}, {unknown}) if dt > 0 else (None, {h})"])
             rate_exprs.append(r)
         delta_exprs = [next(d[r.name] for r in counters if r.delta == delta) for delta in deltas]
         kept = [*((r.name, Any) for r in counters), *((n, Any) for n in steady), *((h, tuple) for h in held.values())]
@@ -134,7 +142,8 @@ class Recipe:
                  f"    {remember(lookup, False)}",
                  f"    return {build(lookup, rate_exprs + delta_exprs, True)}"]
         self.source = "\n".join(lines)
-        namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical, "held_rate": held_rate}
+        namespace: dict[str, Any] = {"kind": kind, "Prev": self.prev, "canonical": canonical, "held_rate": held_rate,
+                                     "HELD_S": HELD_S, "SPAN_S": SPAN_S}
         exec(compile(self.source, f"<observe recipe: {name}>", "exec"), namespace)
         self.make = namespace[name]
         # What a reader of stored samples must fetch for these observations.
