@@ -336,12 +336,15 @@ class Detector:
         return node
 
     def _judge_node_instant(self, node: _Node, item: NodeInstant) -> list[EpisodeChange]:
-        arrived = {row["index"] for row in item.gpu_rows if row["uuid"] not in node.gpus}  # slots of GPUs new to the node
+        missing = node.gpus.difference(row["uuid"] for row in item.gpu_rows)
+        # Slots of GPUs new to the node (before observing adds them), where one went missing.
+        arrived = {row["index"] for row in item.gpu_rows if row["uuid"] not in node.gpus} if missing else set()
         gpus = self._observe_gpus(item, node)
         node_busy = any(o.busy for o in gpus)
         nics, keys = self._observe_nics(item, node_busy, node)
         changes = self._judge_gpus(item.ts, gpus)
-        changes += self._judge_missing(node, item, arrived)
+        if missing:
+            changes += self._judge_missing(node, item, missing, arrived)
         changes += self._judge_nics(item.ts, nics, keys)
         return changes
 
@@ -432,13 +435,12 @@ class Detector:
             changes += self._step(entity, findings, ts, neutral, cluster=obs.cluster, node=obs.node, gpu=obs.index, uuid=obs.uuid)
         return changes
 
-    def _judge_missing(self, node: _Node, item: NodeInstant, arrived: set[int]) -> list[EpisodeChange]:
-        """A GPU that stopped reporting while its node still reports. One whose slot a GPU new
+    def _judge_missing(self, node: _Node, item: NodeInstant, missing: set[str], arrived: set[int]) -> list[EpisodeChange]:
+        """GPUs that stopped reporting while their node still reports. One whose slot a GPU new
         to the node took was replaced (an RMA swap while the node was down): it left the node."""
         changes = []
         ts = item.ts
-        reported = {row["uuid"] for row in item.gpu_rows}
-        for uuid in node.gpus - reported:
+        for uuid in missing:
             state = self.gpus[uuid]
             last = state.window.latest
             if last.index in arrived:

@@ -107,17 +107,14 @@ class Recipe:
                         f"{indent}    {var} = prev.{name}"]
             return out + [indent + line for lines in held_lines for line in lines]
 
-        def first_checkpoint(rate: str) -> str:
-            now = [get_row(x.name) for x in counters if x.rate == rate]
+        def first_checkpoint(get, rate: str) -> str:
+            now = [get("row", x.name) for x in counters if x.rate == rate]
             return f"((None,) if {' or '.join(f'{v} is None' for v in now)} else (None, at, {' + '.join(now)}))"
-
-        def get_row(name: str) -> str:
-            return f"row.get({name!r})"
 
         def remember(get, fresh: bool) -> str:
             values = ["at", *(get("row", r.name) if fresh else b[r.name] for r in counters),
                       *(get("row", name) if fresh else var for name, var in v.items()),
-                      *(first_checkpoint(rate) if fresh else h for rate, h in held.items())]
+                      *(first_checkpoint(get, rate) if fresh else h for rate, h in held.items())]
             return f"state.prev = Prev({', '.join(values)})"
 
         def item(obj: str, key: str) -> str:

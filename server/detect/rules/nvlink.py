@@ -61,8 +61,10 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
                                       or peers.nvlink_bps.n < peers.size):
         bw = None  # in no NVLink conversation, sharing its low figure with a peer (or maybe: a peer's unknown)
     slow = bw is not None and bw.low and _perf.triage(obs, peers, cfg) is None
+    throughput = None
     if slow or (parts and bw is not None and bw.low):
-        parts.append(f"NVLink {gbps(bw.value)} vs peer median {gbps(bw.peer_median)} ({pct(bw.deviation)})")
+        throughput = f"NVLink {gbps(bw.value)} vs peer median {gbps(bw.peer_median)} ({pct(bw.deviation)})"
+        parts.append(throughput)
         lead(evidence, "nvlink_bps", bw.value, peer_median=bw.peer_median, deviation=rnd(bw.deviation))
         evidence.update(peer_nvlink_bps=bw.peer_median, nvlink_deviation=rnd(bw.deviation), nvlink_z=rnd(bw.z, 2))
     if not parts:
@@ -70,4 +72,4 @@ def evaluate(window: Window, peers: PeerStats | None, cfg: DetectionSettings) ->
     evidence.update(nvlink_bps=obs.nvlink_bps, links_up=up, links_total=total, util_gpu_pct=obs.util_gpu_pct)
     severity = "critical" if links_down else "warning"
     return Finding(cause=CAUSE, severity=severity, summary=f"{label} " + "; ".join(parts), evidence=drop_none(evidence),
-                   in_row=THROUGHPUT_IN_ROW if len(parts) == 1 and evidence.get("metric") == "nvlink_bps" else 1)
+                   in_row=THROUGHPUT_IN_ROW if parts == [throughput] else 1)
