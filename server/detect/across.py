@@ -88,7 +88,9 @@ def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_medi
     values by rank (leave_one_out), not sorted again for every node (that was minutes of CPU
     per window). The same elements, the same arithmetic: the same floats as statistics.median."""
     values = list(values)
-    if len({v.node for v in values}) < max(min_nodes, 2):
+    # Units, not nodes, count toward min_nodes: three nodes of two GPUs are six GPUs to compare
+    # one with (a job of three such nodes was not judged at all); a node's figure is one unit.
+    if len(values) < max(min_nodes, 2) or len({v.node for v in values}) < 2:
         return {}
     ordered = sorted(v.value for v in values)
     by_value = sorted((v.value, v.node) for v in values) if shared_tol is not None else []

@@ -40,6 +40,7 @@ class GroupMeasures:
     nvlink: tuple[float | None, ...]
     limits: tuple[float | None, ...]
     free_clocks: tuple[float | None, ...]
+    best_clocks: tuple[float | None, ...]  # the highest clock, held down or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,8 @@ def measure(members: NodeMembers, start: float, end: float) -> NodeMeasures:
         gpus[group] = GroupMeasures(tuple((w.latest.uuid, w.latest.index) for w in windows),
                                     tuple(aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows),
                                     tuple(inside[-1].power_limit_w if inside else None for inside in busy),
-                                    tuple(_best_free_clock(inside) for inside in busy))
+                                    tuple(_best_free_clock(inside) for inside in busy),
+                                    tuple(_best_clock(inside) for inside in busy))
     ports = {group: tuple(aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows)
              for group, windows in _by_group(members.ports, end).items()}
     return NodeMeasures(members.node, gpus, ports)
@@ -105,12 +107,20 @@ def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg
 
 
 def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) -> list[NodeValue]:
-    """Each GPU's best free clock in the window (server/detect/model.py `free_clock`): GPUs of
-    nodes with fewer than min_peers of the group are judged, the others are their reference."""
+    """GPUs of nodes with fewer than min_peers of the group are judged by their best free clock
+    in the window (server/detect/model.py `free_clock`); every other GPU is their reference by
+    its best clock, held down or not. A clock a power cap holds down is less than the GPU could
+    run at, so a free clock below it is a slow GPU all the same: on a job whose GPUs spend every
+    sample on their cap (the free clocks of the rest all unknown), a GPU 12% slow with nothing
+    holding it was compared with nothing and missed."""
     units = []
     for node, g in members:
         small = len(g.gpus) < min_peers
-        units += [NodeValue(node, best, 1, gpu=gpu, judged=small) for gpu, best in zip(g.gpus, g.free_clocks) if best is not None]
+        for gpu, free, best in zip(g.gpus, g.free_clocks, g.best_clocks):
+            if small and free is not None:
+                units.append(NodeValue(node, free, 1, gpu=gpu))
+            elif best is not None:
+                units.append(NodeValue(node, best, 1, gpu=gpu, judged=False))
     return units
 
 
@@ -120,6 +130,10 @@ def _best_free_clock(inside: list | None) -> float | None:
     if not inside:
         return None
     return max((o.free_clock for o in inside if o.free_clock is not None), default=None)
+
+
+def _best_clock(inside: list | None) -> float | None:
+    return max((o.sm_clock_ratio for o in inside if o.sm_clock_ratio is not None), default=None) if inside else None
 
 
 def _percent(ratio: float) -> str:
@@ -201,4 +215,7 @@ def _finding(cause: str, unit: NodeValue, vs: VsPeers, ref: Robust, group: str, 
         "peers": {"scope": f"nodes of peer group {group}, window aligned across them", "count": ref.n, "median": ref.median,
                   "mad": ref.mad, "steady": "every member busy at each of its samples in the window, no counter reset"},
     }
-    return Finding(cause=cause, severity="warning", summary=summary, evidence=evidence)
+    # A power limit or a best free clock low through a whole window is already a minute of
+    # evidence (every busy sample in it): it opens at once. A throughput figure, interpolated at
+    # the window's ends, needs a second window.
+    return Finding(cause=cause, severity="warning", summary=summary, evidence=evidence, immediate=cause in ("power", "clock"))

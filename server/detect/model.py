@@ -263,6 +263,7 @@ class GpuPast(msgspec.Struct, gc=False):
     nvlink_bps: float | None
     power_limit_w: float | None
     free_clock: float | None
+    sm_clock_ratio: float | None  # a held-down clock too: a lower bound of what the GPU could run at
     errors: GpuErrors | None = None
 
     pcie_replay_per_s = _moved(GpuErrors, "pcie_replay_per_s")
@@ -291,7 +292,7 @@ def gpu_past(obs) -> GpuPast:
     errors = None
     if obs.pcie_replay_per_s or obs.nvlink_crc_per_s or obs.nvlink_replay_per_s or obs.nvlink_recovery_per_s:
         errors = GpuErrors(obs.pcie_replay_per_s, obs.nvlink_crc_per_s, obs.nvlink_replay_per_s, obs.nvlink_recovery_per_s)
-    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, obs.free_clock, errors)
+    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, obs.free_clock, obs.sm_clock_ratio, errors)
 
 
 def nic_past(obs) -> NicPast:

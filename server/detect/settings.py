@@ -19,7 +19,9 @@ class DetectionSettings(BaseModel):
                                                  "judged.")
     across_window_s: float = Field(60.0, description="Nodes are compared with the other nodes of their peer group over windows this long, aligned "
                                                      "across them (boundaries at multiples of it), their counters interpolated at both ends.")
-    across_min_nodes: int = Field(4, description="Steady nodes a peer group needs in a window for the comparison between nodes.")
+    across_min_nodes: int = Field(4, description="Steady units a peer group needs in a window for the comparison between nodes (a "
+                                                  "node's figure is one unit; a GPU of a node with fewer than min_peers of the group "
+                                                  "is one), from at least two nodes.")
     missing_after_samples: int = Field(2, description="A GPU missing from this many consecutive samples of its (still reporting) node is flagged as "
                                                       "lost.")
 

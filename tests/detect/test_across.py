@@ -105,7 +105,9 @@ SMALL_NODE_CASES = [
     ("one GPU of two 40% below the others: that GPU", [(100, 101), (99, 100), (100, 60), (101, 99), (100, 100)], 4, {("n2", 1)}),
     ("both GPUs of a node below the others: the node", [(100, 101), (99, 100), (60, 61), (101, 99), (100, 100)], 4, {("n2", None)}),
     ("a node of one GPU below the others: that GPU", [(100,), (99,), (60,), (101,), (100,)], 4, {("n2", 0)}),
-    ("nodes, not GPUs, count toward min_nodes", [(100, 101), (99, 100), (100, 60)], 4, set()),
+    ("three nodes of two GPUs are six units: the slow one found", [(100, 101), (99, 100), (100, 60)], 4, {("n2", 1)}),
+    ("three nodes of one GPU are too few units", [(100,), (99,), (60,)], 4, set()),
+    ("units of one node alone are not compared across nodes", [(100, 101, 99, 60)], 4, set()),
     ("a steady fleet: nothing", [(100, 101), (99, 100), (100, 98), (101, 99), (100, 100)], 4, set()),
 ]
 
@@ -141,13 +143,14 @@ def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float =
 
 
 def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None, slow_gpu=None, gpu_limit=None,
-                 clock_fault=None):
+                 clock_fault=None, always_capped=False):
     """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None);
     `slow_gpu`: (node, index) of one GPU moving 40% less over NVLink; `gpu_limit`: (node,
     index, watts) of one GPU with a limit of its own. Clocks follow the step: held at 90% by
     the SW power cap while computing, boost with no reason while communicating;
     `clock_fault`: (node, index, factor) of a GPU whose clock is that much lower, with no
-    reason bit (as fleetgen's clock faults)."""
+    reason bit (as fleetgen's clock faults); `always_capped`: every GPU on its power cap at every
+    sample (a job whose step divides the interval, sampled in its compute phase each time)."""
     items = []
     for n in range(n_nodes):
         node = f"n{n}"
@@ -163,7 +166,7 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
                     row["power_limit_w"] = limit_of(node, ts)
                 if gpu_limit is not None and gpu_limit[:2] == (node, g):
                     row["power_limit_w"] = gpu_limit[2]
-                computing = ts % 7.3 < 7.3 * 0.7  # bursty_nvlink's step
+                computing = always_capped or ts % 7.3 < 7.3 * 0.7  # bursty_nvlink's step
                 row["sm_clock_mhz"], row["clocks_event_reasons"] = (1782, SW_POWER_CAP) if computing else (1980, 0)
                 if clock_fault is not None and clock_fault[:2] == (node, g):
                     row["sm_clock_mhz"], row["clocks_event_reasons"] = int(row["sm_clock_mhz"] * clock_fault[2]), 0
@@ -234,6 +237,28 @@ def test_a_gpu_of_a_small_node_clocked_low_with_no_reason_is_found_against_the_f
     assert [(c.entity, c.cause, c.node, c.gpu) for c in opened] == [("gpu:GPU-n2-0/across", "clock", "n2", 0)]
     evidence = opened[0].change.finding.evidence
     assert evidence["metric"] == "free_clock" and evidence["deviation"] == pytest.approx(-0.15, abs=0.01)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_free_clock_below_the_capped_clocks_of_every_other_gpu_is_slow(gpus):
+    """Peers that spend every sample on their power cap have no free clock to compare with, but
+    a capped clock is less than the GPU could run at: a GPU slower with nothing holding it down
+    than they are held down is slow (it was missed: compared with nothing)."""
+    assert judge(phased_fleet(gpus=gpus, always_capped=True)) == []
+    opened = [c for c in judge(phased_fleet(gpus=gpus, always_capped=True, clock_fault=("n2", 0, 0.85)))
+              if isinstance(c.change, Opened)]
+    assert [(c.entity, c.cause, c.node, c.gpu) for c in opened] == [("gpu:GPU-n2-0/across", "clock", "n2", 0)]
+    # 1514 MHz free against the others' 1782 MHz capped: at least that far below what they could run at.
+    assert opened[0].change.finding.evidence["deviation"] == pytest.approx(-0.15, abs=0.01)
+
+
+def test_a_window_of_low_power_limit_or_free_clock_opens_at_once_and_throughput_needs_two():
+    """A gauge low through a whole window is a minute of evidence; a throughput figure,
+    interpolated at the window's ends, needs a second window (it opened a window later)."""
+    limit = [c.change for c in judge(phased_fleet(8, gpus=2, duration=900, gpu_limit=("n5", 0, 600.0))) if isinstance(c.change, Opened)]
+    clock = [c.change for c in judge(phased_fleet(gpus=1, clock_fault=("n2", 0, 0.85))) if isinstance(c.change, Opened)]
+    nvlink = [c.change for c in judge(phased_fleet(gpus=1, slow_gpu=("n3", 0))) if isinstance(c.change, Opened)]
+    assert [o.detected_at - o.onset for o in limit + clock + nvlink] == [0.0, 0.0, 60.0]
 
 
 def test_free_clocks_of_small_nodes_at_six_phases_flag_nothing_and_big_nodes_are_left_to_their_own():
