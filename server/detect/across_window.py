@@ -1,6 +1,7 @@
 """One aligned window of one cluster, nodes against nodes (server/detect/across.py): which
-findings each node (or GPU of a node too small for peers inside it) gets for NVLink throughput,
-port throughput, power limits and free clocks."""
+findings each node (or GPU of a node too small for peers inside it) gets for NVLink throughput
+and port throughput (over throughput windows), power limits and free clocks (over gauge
+windows)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ class NodeVerdict:
 
 @dataclass(frozen=True, slots=True)
 class GroupMeasures:
-    """What one node's GPUs of one group measured over one window (None: not measurable)."""
+    """What one node's GPUs of one group measured over one window (None: not measurable): the
+    NVLink throughput over a throughput window, the rest over a gauge window."""
 
     gpus: tuple[tuple[str, int], ...]  # (uuid, index), in the order of the values
-    nvlink: tuple[float | None, ...]
-    limits: tuple[float | None, ...]
-    free_clocks: tuple[float | None, ...]
-    best_clocks: tuple[float | None, ...]  # the highest clock, held down or not
+    nvlink: tuple[float | None, ...] = ()
+    limits: tuple[float | None, ...] = ()
+    free_clocks: tuple[float | None, ...] = ()
+    best_clocks: tuple[float | None, ...] = ()  # the highest clock, held down or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,30 +56,38 @@ class NodeMeasures:
     ports: dict[str, tuple[float | None, ...]]
 
 
-def measure(members: NodeMembers, start: float, end: float) -> NodeMeasures:
-    gpus = {}
-    for group, windows in _by_group(members.gpus, end).items():
-        busy = [_busy_inside(w, start, end) for w in windows]  # read twice below: sliced once
-        gpus[group] = GroupMeasures(tuple((w.latest.uuid, w.latest.index) for w in windows),
-                                    tuple(aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows),
-                                    tuple(inside[-1].power_limit_w if inside else None for inside in busy),
-                                    tuple(_best_free_clock(inside) for inside in busy),
-                                    tuple(_best_clock(inside) for inside in busy))
+def measure_throughput(members: NodeMembers, start: float, end: float, cfg: DetectionSettings) -> NodeMeasures:
+    gpus = {group: GroupMeasures(_ids(windows), nvlink=tuple(aligned_mean_rate(w, "nvlink_bps", start, end) for w in windows))
+            for group, windows in _by_group(members.gpus, end).items()}
     ports = {group: tuple(aligned_mean_rate(w, "bps", start, end, steady="node_busy") for w in windows)
              for group, windows in _by_group(members.ports, end).items()}
     return NodeMeasures(members.node, gpus, ports)
 
 
-def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
+def measure_gauges(members: NodeMembers, start: float, end: float, cfg: DetectionSettings) -> NodeMeasures:
+    """A node with min_peers GPUs of a group or more takes part for that group in one gauge window
+    a minute (those ending at a multiple of across_window_s): its GPUs are judged inside the
+    node at once, and what it brings here (a whole node's lower limit; a reference for small
+    nodes' GPUs) can wait a minute, as it always had; in every window, it was half the
+    detector's CPU again on a fleet of 8-GPU nodes."""
+    gpus = {}
+    minute = (end / cfg.across_window_s).is_integer()
+    for group, windows in _by_group(members.gpus, end).items():
+        if len(windows) >= cfg.min_peers and not minute:
+            continue
+        busy = [_busy_inside(w, start, end) for w in windows]  # read three times below: sliced once
+        gpus[group] = GroupMeasures(_ids(windows), limits=tuple(inside[-1].power_limit_w if inside else None for inside in busy),
+                                    free_clocks=tuple(_best_free_clock(inside) for inside in busy),
+                                    best_clocks=tuple(_best_clock(inside) for inside in busy))
+    return NodeMeasures(members.node, gpus, {})
+
+
+def judge_throughput(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
     nvlink: dict[str, list[NodeValue]] = defaultdict(list)
-    limits: dict[str, list[NodeValue]] = defaultdict(list)
     ports: dict[str, list[NodeValue]] = defaultdict(list)
-    gpu_groups: dict[str, list[tuple[str, GroupMeasures]]] = defaultdict(list)
     for m in measures:
         for group, g in m.gpus.items():
-            gpu_groups[group].append((m.node, g))
             nvlink[group] += _units(m.node, g.gpus, g.nvlink, cfg.min_peers)
-            limits[group] += _units(m.node, g.gpus, g.limits, cfg.min_peers)
         for group, values in m.ports.items():
             # Ports are a node's, whatever their number: their figure is the node's.
             ports[group] += _units(m.node, (), values, 0)
@@ -92,6 +102,18 @@ def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg
                                      z_min=cfg.bw_z, noise_floor=cfg.bw_noise_floor, shared_tol=cfg.shared_tol)
         verdicts += _verdicts("network", judged, lambda unit, vs, ref: _finding("network", unit, vs, ref, group, span, "ports moving", "per port",
                                                                       gbps))
+    return verdicts
+
+
+def judge_gauges(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
+    limits: dict[str, list[NodeValue]] = defaultdict(list)
+    gpu_groups: dict[str, list[tuple[str, GroupMeasures]]] = defaultdict(list)
+    for m in measures:
+        for group, g in m.gpus.items():
+            gpu_groups[group].append((m.node, g))
+            limits[group] += _units(m.node, g.gpus, g.limits, cfg.min_peers)
+    verdicts = []
+    span = {"from": start, "to": end}
     for group, values in limits.items():
         judged = against_other_nodes(values, min_nodes=cfg.across_min_nodes, min_median=1.0, drop=cfg.power_limit_drop, z_min=0.0,
                                      noise_floor=0.01)
@@ -104,6 +126,29 @@ def judge_window(measures: Iterable[NodeMeasures], start: float, end: float, cfg
         verdicts += _verdicts("clock", judged, lambda unit, vs, ref: _finding("clock", unit, vs, ref, group, span, "SM clock with nothing "
                                                                       "holding it down at best", "of max", _percent))
     return verdicts
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """Windows of one width, aligned across a cluster's nodes: what each node measures of its
+    own samples over one, and how a window's measures are judged."""
+
+    name: str
+    width: Callable[[DetectionSettings], float]
+    measure: Callable[[NodeMembers, float, float, DetectionSettings], NodeMeasures]
+    judge: Callable[[Iterable[NodeMeasures], float, float, DetectionSettings], list[NodeVerdict]]
+    big_nodes_each_minute: bool = False  # measure_gauges
+
+
+# Throughput over long windows (counters interpolated at both ends: a node's phase moves a small
+# part of one interval's traffic); gauges over short ones (a power limit and a free clock need
+# no interpolation, and a minute's window was one to two minutes to find a slow small node).
+KINDS = (Kind("throughput", lambda cfg: cfg.across_window_s, measure_throughput, judge_throughput),
+         Kind("gauges", lambda cfg: cfg.across_gauge_window_s, measure_gauges, judge_gauges, big_nodes_each_minute=True))
+
+
+def _ids(windows: list[Window]) -> tuple[tuple[str, int], ...]:
+    return tuple((w.latest.uuid, w.latest.index) for w in windows)
 
 
 def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) -> list[NodeValue]:
@@ -215,7 +260,4 @@ def _finding(cause: str, unit: NodeValue, vs: VsPeers, ref: Robust, group: str, 
         "peers": {"scope": f"nodes of peer group {group}, window aligned across them", "count": ref.n, "median": ref.median,
                   "mad": ref.mad, "steady": "every member busy at each of its samples in the window, no counter reset"},
     }
-    # A power limit or a best free clock low through a whole window is already a minute of
-    # evidence (every busy sample in it): it opens at once. A throughput figure, interpolated at
-    # the window's ends, needs a second window.
-    return Finding(cause=cause, severity="warning", summary=summary, evidence=evidence, immediate=cause in ("power", "clock"))
+    return Finding(cause=cause, severity="warning", summary=summary, evidence=evidence)

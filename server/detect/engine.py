@@ -23,14 +23,14 @@ still reporting has been judged past a window's end.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from server.detect import rules
-from server.detect.across_window import NodeMeasures, NodeMembers, judge_window, measure
+from server.detect.across_window import KINDS, Kind, NodeMeasures, NodeMembers
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
@@ -106,7 +106,8 @@ class _Node:
     latest_ts: float
     judged_until: float = NEVER
     first_judged: float | None = None
-    measured_until: float = NEVER  # end of the last aligned window it measured (across_window.measure)
+    measured_until: dict[str, float] = field(default_factory=dict)  # by kind of window: the end of the last it measured
+    small: bool = False  # at its latest instant, fewer than min_peers GPUs of some group (across_window.measure_gauges)
     pending: dict[float, NodeInstant] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     nics: set[str] = field(default_factory=set)
@@ -115,11 +116,18 @@ class _Node:
 
 
 @dataclass
+class _Aligned:
+    """One cluster's windows of one kind, nodes against nodes."""
+
+    until: float | None = None  # end of the last window judged
+    measures: dict[float, dict[str, NodeMeasures]] = field(default_factory=dict)  # windows not yet judged, by end, by node
+
+
+@dataclass
 class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
     max_ts: float = NEVER
-    across_until: float | None = None  # end of the last aligned window judged nodes against nodes
-    measures: dict[float, dict[str, NodeMeasures]] = field(default_factory=dict)  # windows not yet judged, by end, by node
+    aligned: dict[str, _Aligned] = field(default_factory=dict)  # by kind of window (across_window.KINDS)
     resumed_until: float = NEVER  # the latest instant a node had been judged to before a restart
     first_ts: float = math.inf  # its earliest sample seen
     swept_at: float = NEVER  # max_ts at the last sweep for silent nodes
@@ -250,12 +258,14 @@ class Detector:
                     node.judged_until = ts
                     if node.first_judged is None:
                         node.first_judged = ts
-                    if ts - node.measured_until >= self.cfg.across_window_s:
-                        self._measure(cluster, node_name, node, ts)
+                    for kind in KINDS:
+                        if ts - node.measured_until.get(kind.name, NEVER) >= kind.width(self.cfg):
+                            self._measure(kind, cluster, node_name, node, ts)
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
             cluster.waiting.clear()
-            changes.extend(self._judge_across(cluster_name, cluster))
+            for kind in KINDS:
+                changes.extend(self._judge_across(kind, cluster_name, cluster))
             self._forget_silent(cluster_name, cluster)
         return changes
 
@@ -277,21 +287,29 @@ class Detector:
                 self.nics.pop(key, None)
             self.namesakes.forget(f"{name}/{node_name}")
 
-    def _measure(self, cluster: _Cluster, name: str, node: _Node, ts: float) -> None:
-        """The node's share of every aligned window it has just been judged past (one, as a rule)
-        that is not judged yet and whose samples it still holds."""
-        width = self.cfg.across_window_s
+    def _measure(self, kind: Kind, cluster: _Cluster, name: str, node: _Node, ts: float) -> None:
+        """The node's share of every aligned window of this kind it has just been judged past (one,
+        as a rule) that is not judged yet and whose samples it still holds."""
+        width = kind.width(self.cfg)
         last = math.floor(ts / width) * width
-        if cluster.across_until is None:
-            cluster.across_until = math.floor(max(node.first_judged, cluster.resumed_until) / width) * width
-        end = max(cluster.across_until, node.measured_until, math.floor((ts - self.keep_s) / width) * width + width) + width
+        aligned = cluster.aligned.get(kind.name)
+        if aligned is None:
+            aligned = cluster.aligned[kind.name] = _Aligned(math.floor(max(node.first_judged, cluster.resumed_until) / width) * width)
+        measured = node.measured_until.get(kind.name, NEVER)
+        end = max(aligned.until, measured, math.floor((ts - self.keep_s) / width) * width + width) + width
         members = None
+        # A node with enough GPUs of each group for peers inside it takes part in gauge windows
+        # once a minute only (across_window.measure_gauges): the others are not even asked.
+        each_minute = kind.big_nodes_each_minute and not node.small
         while end <= last:
+            if each_minute and not (end / self.cfg.across_window_s).is_integer():
+                end += width
+                continue
             if members is None:
                 members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
-            cluster.measures.setdefault(end, {})[name] = measure(members, end - width, end)
+            aligned.measures.setdefault(end, {})[name] = kind.measure(members, end - width, end, self.cfg)
             end += width
-        node.measured_until = max(node.measured_until, last)
+        node.measured_until[kind.name] = max(measured, last)
 
     def _starting(self, cluster: _Cluster, until: float) -> bool:
         """Whether a window falls in the cluster's first lateness allowance (not resumed from
@@ -299,25 +317,26 @@ class Detector:
         so its windows wait for the whole allowance."""
         return cluster.resumed_until == NEVER and until < cluster.first_ts + self.cfg.lateness_s
 
-    def _judge_across(self, name: str, cluster: _Cluster) -> list[EpisodeChange]:
+    def _judge_across(self, kind: Kind, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
         node that may still bring its share has (or the lateness allowance has run out): the same
         windows with the same nodes in them, whatever order the nodes' samples arrive in."""
-        width, lateness = self.cfg.across_window_s, self.cfg.lateness_s
+        width, lateness = kind.width(self.cfg), self.cfg.lateness_s
+        aligned = cluster.aligned.get(kind.name)
         changes = []
-        while cluster.across_until is not None:
-            start = cluster.across_until
+        while aligned is not None:
+            start = aligned.until
             until = start + width
             if until > cluster.max_ts:
                 break
             if cluster.max_ts < until + lateness and (self._starting(cluster, until)
                                                       or any(_awaited(node, until, lateness) for node in cluster.nodes.values())):
                 break
-            cluster.across_until = until
-            measured = cluster.measures.pop(until, None)
+            aligned.until = until
+            measured = aligned.measures.pop(until, None)
             if not measured:
                 continue
-            for verdict in judge_window([measured[n] for n in sorted(measured)], start, until, self.cfg):
+            for verdict in kind.judge([measured[n] for n in sorted(measured)], start, until, self.cfg):
                 findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
                 uuid, index = verdict.gpu or (None, None)
                 entity = node_entity(name, verdict.node) if uuid is None else across_gpu_entity(uuid)
@@ -381,6 +400,7 @@ class Detector:
             state.recent.note_gpu(obs)
             node.gpus.add(uuid)
             out.append(obs)
+        node.small = len(out) < self.cfg.min_peers or (len(groups) > 1 and min(Counter(o.group for o in out).values()) < self.cfg.min_peers)
         return out
 
     def _observe_nics(self, item: NodeInstant, node_busy: bool, node: _Node) -> tuple[list[NicObs], list[str]]:

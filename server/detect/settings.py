@@ -19,6 +19,10 @@ class DetectionSettings(BaseModel):
                                                  "judged.")
     across_window_s: float = Field(60.0, description="Nodes are compared with the other nodes of their peer group over windows this long, aligned "
                                                      "across them (boundaries at multiples of it), their counters interpolated at both ends.")
+    across_gauge_window_s: float = Field(5.0, description="Power limits, and the free clocks of GPUs of nodes too small for peers inside "
+                                                          "them, are compared between nodes over windows this long, aligned as the "
+                                                          "others: gauges need no interpolation, and a window of 60 s took one to two "
+                                                          "minutes to find a slow GPU of a one-GPU node.")
     across_min_nodes: int = Field(4, description="Steady units a peer group needs in a window for the comparison between nodes (a "
                                                   "node's figure is one unit; a GPU of a node with fewer than min_peers of the group "
                                                   "is one), from at least two nodes.")

@@ -143,7 +143,7 @@ def bursty_nvlink(ts: float, step: float = 7.3, comm: float = 0.3, slow: float =
 
 
 def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=4, limit_of=None, slow_gpu=None, gpu_limit=None,
-                 clock_fault=None, always_capped=False):
+                 clock_fault=None, always_capped=False, first=0):
     """`limit_of(node, ts)`: the power limit of the node's GPUs then (700 W when None);
     `slow_gpu`: (node, index) of one GPU moving 40% less over NVLink; `gpu_limit`: (node,
     index, watts) of one GPU with a limit of its own. Clocks follow the step: held at 90% by
@@ -152,7 +152,7 @@ def phased_fleet(n_nodes=6, *, interval=5.0, duration=600, slow_node=None, gpus=
     reason bit (as fleetgen's clock faults); `always_capped`: every GPU on its power cap at every
     sample (a job whose step divides the interval, sampled in its compute phase each time)."""
     items = []
-    for n in range(n_nodes):
+    for n in range(first, first + n_nodes):
         node = f"n{n}"
         phase = (n * 0.37 * interval) % interval
         k = 0
@@ -252,13 +252,15 @@ def test_a_free_clock_below_the_capped_clocks_of_every_other_gpu_is_slow(gpus):
     assert opened[0].change.finding.evidence["deviation"] == pytest.approx(-0.15, abs=0.01)
 
 
-def test_a_window_of_low_power_limit_or_free_clock_opens_at_once_and_throughput_needs_two():
-    """A gauge low through a whole window is a minute of evidence; a throughput figure,
-    interpolated at the window's ends, needs a second window (it opened a window later)."""
+def test_power_limits_and_free_clocks_are_compared_over_gauge_windows_throughput_over_minutes():
+    """Gauges need no interpolation: they are compared over 5 s windows, two of them to open
+    (over the 60 s windows of throughput, a slow GPU of a one-GPU node took one to two minutes
+    to find)."""
     limit = [c.change for c in judge(phased_fleet(8, gpus=2, duration=900, gpu_limit=("n5", 0, 600.0))) if isinstance(c.change, Opened)]
     clock = [c.change for c in judge(phased_fleet(gpus=1, clock_fault=("n2", 0, 0.85))) if isinstance(c.change, Opened)]
     nvlink = [c.change for c in judge(phased_fleet(gpus=1, slow_gpu=("n3", 0))) if isinstance(c.change, Opened)]
-    assert [o.detected_at - o.onset for o in limit + clock + nvlink] == [0.0, 0.0, 60.0]
+    assert [o.detected_at - o.onset for o in limit + clock + nvlink] == [5.0, 5.0, 60.0]
+    assert [w["to"] - w["from"] for w in (o.finding.evidence["window"] for o in limit + clock + nvlink)] == [5.0, 5.0, 60.0]
 
 
 def test_free_clocks_of_small_nodes_at_six_phases_flag_nothing_and_big_nodes_are_left_to_their_own():
