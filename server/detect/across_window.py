@@ -8,7 +8,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from server.detect.across import NodeValue, against_other_nodes, aligned_mean_rate, node_value
 from server.detect.model import Finding, Robust, Window, ts_of
@@ -76,13 +76,16 @@ def measure_gauges(members: NodeMembers, start: float, end: float, cfg: Detectio
         if len(windows) >= cfg.min_peers and not minute:
             continue
         busy = [_busy_inside(w, start, end) for w in windows]  # read three times below: sliced once
+        if all(inside == [] for inside in busy):
+            continue  # no sample in the window (sampled less often): its last measure stands for it (Kind.carries)
         gpus[group] = GroupMeasures(_ids(windows), limits=tuple(inside[-1].power_limit_w if inside else None for inside in busy),
                                     free_clocks=tuple(_best_free_clock(inside) for inside in busy),
                                     best_clocks=tuple(_best_clock(inside) for inside in busy))
     return NodeMeasures(members.node, gpus, {})
 
 
-def judge_throughput(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
+def judge_throughput(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings,
+                     carried: Iterable[NodeMeasures] = ()) -> list[NodeVerdict]:
     nvlink: dict[str, list[NodeValue]] = defaultdict(list)
     ports: dict[str, list[NodeValue]] = defaultdict(list)
     for m in measures:
@@ -105,13 +108,16 @@ def judge_throughput(measures: Iterable[NodeMeasures], start: float, end: float,
     return verdicts
 
 
-def judge_gauges(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings) -> list[NodeVerdict]:
+def judge_gauges(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings,
+                 carried: Iterable[NodeMeasures] = ()) -> list[NodeVerdict]:
+    """`measures`: the nodes with samples in the window, judged; `carried`: the others' latest
+    measures from the minute before (Kind.carries), their reference only."""
     limits: dict[str, list[NodeValue]] = defaultdict(list)
-    gpu_groups: dict[str, list[tuple[str, GroupMeasures]]] = defaultdict(list)
-    for m in measures:
+    gpu_groups: dict[str, list[tuple[str, GroupMeasures, bool]]] = defaultdict(list)
+    for m, fresh in [*((m, True) for m in measures), *((m, False) for m in carried)]:
         for group, g in m.gpus.items():
-            gpu_groups[group].append((m.node, g))
-            limits[group] += _units(m.node, g.gpus, g.limits, cfg.min_peers)
+            gpu_groups[group].append((m.node, g, fresh))
+            limits[group] += _units(m.node, g.gpus, g.limits, cfg.min_peers, judged=fresh)
     verdicts = []
     span = {"from": start, "to": end}
     for group, values in limits.items():
@@ -119,7 +125,7 @@ def judge_gauges(measures: Iterable[NodeMeasures], start: float, end: float, cfg
                                      noise_floor=0.01)
         verdicts += _verdicts("power", judged, lambda unit, vs, ref: _finding("power", unit, vs, ref, group, span, "power limit", "per GPU", _watts))
     for group, members in gpu_groups.items():
-        if all(len(g.gpus) >= cfg.min_peers for _, g in members):
+        if all(len(g.gpus) >= cfg.min_peers for _, g, _ in members):
             continue  # every GPU has peers inside its node: the clock rule judges it there, at once
         judged = against_other_nodes(_free_clock_units(members, cfg.min_peers), min_nodes=cfg.across_min_nodes,
                                      min_median=0.0, drop=cfg.clock_drop, z_min=cfg.clock_z, noise_floor=cfg.clock_noise_floor)
@@ -136,22 +142,27 @@ class Kind:
     name: str
     width: Callable[[DetectionSettings], float]
     measure: Callable[[NodeMembers, float, float, DetectionSettings], NodeMeasures]
-    judge: Callable[[Iterable[NodeMeasures], float, float, DetectionSettings], list[NodeVerdict]]
+    judge: Callable[..., list[NodeVerdict]]  # (measures, start, end, cfg, carried)
     big_nodes_each_minute: bool = False  # measure_gauges
+    # A node without samples in a window (sampled less often than the windows come, its sample
+    # jittered past one, a node with peers inside it between two minutes) is still the others'
+    # reference by its latest measure up to across_window_s old: at 15 s sampling a gauge window
+    # of 5 s held a third of the nodes, too few to compare (recall 0.84 on 1-GPU nodes).
+    carries: bool = False
 
 
 # Throughput over long windows (counters interpolated at both ends: a node's phase moves a small
 # part of one interval's traffic); gauges over short ones (a power limit and a free clock need
 # no interpolation, and a minute's window was one to two minutes to find a slow small node).
 KINDS = (Kind("throughput", lambda cfg: cfg.across_window_s, measure_throughput, judge_throughput),
-         Kind("gauges", lambda cfg: cfg.across_gauge_window_s, measure_gauges, judge_gauges, big_nodes_each_minute=True))
+         Kind("gauges", lambda cfg: cfg.across_gauge_window_s, measure_gauges, judge_gauges, big_nodes_each_minute=True, carries=True))
 
 
 def _ids(windows: list[Window]) -> tuple[tuple[str, int], ...]:
     return tuple((w.latest.uuid, w.latest.index) for w in windows)
 
 
-def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) -> list[NodeValue]:
+def _free_clock_units(members: list[tuple[str, GroupMeasures, bool]], min_peers: int) -> list[NodeValue]:
     """GPUs of nodes with fewer than min_peers of the group are judged by their best free clock
     in the window (server/detect/model.py `free_clock`); every other GPU is their reference by
     its best clock, held down or not. A clock a power cap holds down is less than the GPU could
@@ -159,10 +170,10 @@ def _free_clock_units(members: list[tuple[str, GroupMeasures]], min_peers: int) 
     sample on their cap (the free clocks of the rest all unknown), a GPU 12% slow with nothing
     holding it was compared with nothing and missed."""
     units = []
-    for node, g in members:
+    for node, g, fresh in members:
         small = len(g.gpus) < min_peers
         for gpu, free, best in zip(g.gpus, g.free_clocks, g.best_clocks):
-            if small and free is not None:
+            if small and fresh and free is not None:
                 units.append(NodeValue(node, free, 1, gpu=gpu))
             elif best is not None:
                 units.append(NodeValue(node, best, 1, gpu=gpu, judged=False))
@@ -185,15 +196,17 @@ def _percent(ratio: float) -> str:
     return f"{ratio * 100:.0f}%"
 
 
-def _units(node: str, gpus: tuple[tuple[str, int], ...], values: tuple[float | None, ...], min_peers: int) -> list[NodeValue]:
+def _units(node: str, gpus: tuple[tuple[str, int], ...], values: tuple[float | None, ...], min_peers: int, *,
+           judged: bool = True) -> list[NodeValue]:
     """What a node brings to the comparison: its figure (the median of its members), or, with
-    fewer than min_peers members, each member on its own; nothing unless all were measured."""
+    fewer than min_peers members, each member on its own; nothing unless all were measured
+    (`judged` False: the others' reference only)."""
     if len(values) >= min_peers:
         one = node_value(node, values)
-        return [one] if one is not None else []
+        return [one if judged else replace(one, judged=False)] if one is not None else []
     if not values or any(v is None for v in values):
         return []
-    return [NodeValue(node, v, 1, gpu=gpu) for gpu, v in zip(gpus, values)]
+    return [NodeValue(node, v, 1, gpu=gpu, judged=judged) for gpu, v in zip(gpus, values)]
 
 
 Explain = Callable[[NodeValue, VsPeers, Robust], Finding]
@@ -233,10 +246,11 @@ def _by_group(windows: list[Window], end: float) -> dict[str, list[Window]]:
 
 def _busy_inside(window: Window, start: float, end: float) -> list | None:
     """The GPU's samples in (start, end] when it was busy at every one of them (what its power
-    limit through the window and its free clock are read from); None otherwise."""
+    limit through the window and its free clock are read from); None when it was not, [] when
+    it has no sample there."""
     items = window.items
     inside = items[bisect_right(items, start, key=ts_of):bisect_right(items, end, key=ts_of)]
-    if not inside or not all(o.busy for o in inside):
+    if not all(o.busy for o in inside):
         return None
     return inside
 

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from server.detect import rules
-from server.detect.across_window import KINDS, Kind, NodeMeasures, NodeMembers
+from server.detect.across_window import KINDS, GroupMeasures, Kind, NodeMeasures, NodeMembers
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
@@ -121,6 +121,7 @@ class _Aligned:
 
     until: float | None = None  # end of the last window judged
     measures: dict[float, dict[str, NodeMeasures]] = field(default_factory=dict)  # windows not yet judged, by end, by node
+    latest: dict[str, dict[str, tuple[float, GroupMeasures]]] = field(default_factory=dict)  # Kind.carries: node → group → (end, measure)
 
 
 @dataclass
@@ -336,13 +337,33 @@ class Detector:
             measured = aligned.measures.pop(until, None)
             if not measured:
                 continue
-            for verdict in kind.judge([measured[n] for n in sorted(measured)], start, until, self.cfg):
+            for verdict in kind.judge([measured[n] for n in sorted(measured)], start, until, self.cfg, self._carried(kind, aligned, measured, until)):
                 findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
                 uuid, index = verdict.gpu or (None, None)
                 entity = node_entity(name, verdict.node) if uuid is None else across_gpu_entity(uuid)
                 changes += self._step(entity, findings, until, frozenset(), cluster=name,
                                       node=verdict.node, gpu=index, uuid=uuid, causes=(verdict.cause,))
         return changes
+
+    def _carried(self, kind: Kind, aligned: _Aligned, measured: dict[str, NodeMeasures], until: float) -> list[NodeMeasures]:
+        """Each node's latest measure of each group, up to across_window_s old, where this window
+        has none (Kind.carries); and this window's kept as the latest."""
+        if not kind.carries:
+            return []
+        horizon, latest, carried = until - self.cfg.across_window_s, aligned.latest, []
+        for node in sorted(latest):
+            fresh = measured.get(node)
+            groups = latest[node]
+            for group in [g for g, (end, _) in groups.items() if end < horizon]:
+                del groups[group]
+            kept = {g: m for g, (_, m) in groups.items() if fresh is None or g not in fresh.gpus}
+            if kept:
+                carried.append(NodeMeasures(node, kept, {}))
+        for node in [n for n, groups in latest.items() if not groups]:
+            del latest[node]
+        for node, m in measured.items():
+            latest.setdefault(node, {}).update((g, (until, gm)) for g, gm in m.gpus.items())
+        return carried
 
     def _node(self, item: NodeInstant) -> _Node:
         cluster = self.clusters[item.cluster]

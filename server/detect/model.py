@@ -292,7 +292,9 @@ def gpu_past(obs) -> GpuPast:
     errors = None
     if obs.pcie_replay_per_s or obs.nvlink_crc_per_s or obs.nvlink_replay_per_s or obs.nvlink_recovery_per_s:
         errors = GpuErrors(obs.pcie_replay_per_s, obs.nvlink_crc_per_s, obs.nvlink_replay_per_s, obs.nvlink_recovery_per_s)
-    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, obs.free_clock, obs.sm_clock_ratio, errors)
+    free = obs.free_clock  # the clock ratio itself where free: computed once
+    return GpuPast(obs.ts, obs.group, obs.busy, obs.nvlink_bps, obs.power_limit_w, free, free if free is not None else obs.sm_clock_ratio,
+                   errors)
 
 
 def nic_past(obs) -> NicPast:

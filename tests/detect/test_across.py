@@ -263,6 +263,20 @@ def test_power_limits_and_free_clocks_are_compared_over_gauge_windows_throughput
     assert [w["to"] - w["from"] for w in (o.finding.evidence["window"] for o in limit + clock + nvlink)] == [5.0, 5.0, 60.0]
 
 
+def test_nodes_sampled_less_often_than_gauge_windows_come_are_compared_by_their_latest_measures():
+    """At 15 s sampling a 5 s gauge window holds a third of the nodes: too few to compare, until
+    the others stood in by their latest measure (recall 0.84 on a fleet of 1-GPU nodes)."""
+    assert judge(phased_fleet(8, interval=15.0, gpus=1, duration=900)) == []
+    opened = [c for c in judge(phased_fleet(8, interval=15.0, gpus=1, duration=900, clock_fault=("n2", 0, 0.85)))
+              if isinstance(c.change, Opened)]
+    assert {(c.entity, c.cause) for c in opened} == {("gpu:GPU-n2-0/across", "clock")}
+    # Found at its second sample; it then comes and goes, as a single sample of its own against
+    # the others' in another phase of the step reads 15% or 5% below (the test's clock fault
+    # scales the capped clock too): a gap left open, docs/detection.md.
+    assert opened[0].change.detected_at - opened[0].change.onset == 15.0
+    assert opened[0].change.finding.evidence["peers"]["count"] == 7
+
+
 def test_free_clocks_of_small_nodes_at_six_phases_flag_nothing_and_big_nodes_are_left_to_their_own():
     assert judge(phased_fleet(gpus=2)) == []
     # Four GPUs a node: the clock rule inside the node finds it (at once), not this one.
