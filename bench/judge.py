@@ -183,12 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--show", type=int, default=8)
     p.add_argument("--by-cause", action="store_true")
+    p.add_argument("--t0", type=float, help="the fleets' start (bench/detection.py starts them at the minute before now: its --json "
+                                            "config has it), to judge a run's fleet again in process")
     args = p.parse_args(argv)
     rc = 0
     for seed in (int(s) for s in args.seeds.split(",")):
         cfg = FleetConfig(nodes=args.nodes, interval=args.interval, duration=args.duration, seed=seed, faults=not args.fault_free,
                           gpus_per_node=args.gpus_per_node,
-                          **({"sync": True} if args.sync else {}))
+                          **({"sync": True} if args.sync else {}), **({"t0": args.t0} if args.t0 is not None else {}))
         fleet = Fleet(cfg)
         bodies = samples_of(fleet, max(1, int(30 / args.interval)))
         if args.orders:

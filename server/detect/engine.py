@@ -540,6 +540,7 @@ class Detector:
         changes = []
         for cause in tracked | set(findings):
             if cause in neutral and cause not in findings:
+                conditions[cause].interrupt(ts)  # tracked: neutral causes are never new
                 continue
             cond = self._condition(entity, cause)
             change = cond.step(ts, findings.get(cause))

@@ -52,6 +52,7 @@ class Condition:
     first_clean_ts: float | None = None
     run_start: float | None = None  # first hit of the current run
     misses_in_row: int = 0
+    row_after: float = float("-inf")  # hits at or before it make no row with later ones (interrupt)
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.n)
@@ -80,11 +81,18 @@ class Condition:
             return self._open(finding, ts, min(hits[0], self.run_start))
         return None
 
+    def interrupt(self, ts: float) -> None:
+        """An instant that neither confirms nor clears (an idle GPU, a port of an idle node): it
+        counts as no miss, but the hits on either side of it are not in a row. A port whose
+        counter its driver refreshes every 2 s reads low, high, low at 5 s; its low reading
+        before a checkpoint and the one after made two in a row (a false episode)."""
+        self.row_after = ts
+
     def _in_row(self) -> int:
-        """Hits at the latest instants, without a miss between."""
+        """Hits at the latest instants, without a miss or an interruption between."""
         n = 0
-        for _, f in reversed(self.recent):
-            if f is None:
+        for ts, f in reversed(self.recent):
+            if f is None or ts <= self.row_after:
                 break
             n += 1
         return n

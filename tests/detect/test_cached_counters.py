@@ -40,3 +40,15 @@ def test_the_fleet_has_ports_that_read_0_between_refreshes(fleet):
 def test_no_episode_on_a_fleet_whose_counters_are_refreshed_every_second_or_two(fleet):
     episodes = judge(samples_of(fleet, 30))
     assert [(e["node"], e["gpu"], e["cause"], e["summary"]) for e in episodes] == []
+
+
+def test_a_checkpoint_between_two_late_refreshes_makes_no_row():
+    """At 5 s a port whose driver refreshes every 2 s reads low, high, low for minutes (two or
+    three refreshes an interval). Its low reading before a checkpoint and the first after it,
+    with the idle instants between skipped, counted as two in a row: a false `network` episode
+    (one HTTP run in fourteen, whose fleet started at this t0; bench/detection.py starts its
+    fleets at the minute before now, so the refreshes' phase against the samples varies)."""
+    fleet = Fleet(FleetConfig(nodes=24, interval=5.0, duration=3600.0, seed=1, gpus_per_node=2, faults=False, t0=1796679060.0,
+                              cluster="eval-5s-clean"))
+    episodes = judge(samples_of(fleet, 6))
+    assert [(e["node"], e["gpu"], e["cause"], e["summary"]) for e in episodes] == []

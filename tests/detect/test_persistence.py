@@ -16,6 +16,7 @@ W, C, NOW = hit(), hit("critical"), hit(immediate=True)  # warning, critical, im
 LONG = Finding(cause="power", severity="warning", summary="capped", evidence={}, open_after_s=4.0)  # asks for a 4 s run
 ROW = Finding(cause="network", severity="warning", summary="port moving less", evidence={}, in_row=2)  # a throughput figure alone
 _ = None
+P = "pause"  # an instant that neither confirms nor clears (an idle GPU): Condition.interrupt
 
 CASES = [
     # (name, verdicts per instant (ts = 1, 2, 3, ...), expected changes as (ts, kind, detail))
@@ -34,6 +35,10 @@ CASES = [
     ("a finding asking for 2 in a row: low, high, low, high never opens (a counter refreshed late)",
      [ROW, _, ROW, _, ROW, _, ROW], []),
     ("...two in a row open it, onset at the run's first hit", [ROW, _, ROW, ROW], [(4, "open", 1)]),
+    ("...two hits with a pause between are not in a row (a checkpoint between two late refreshes)",
+     [ROW, _, ROW, P, P, P, ROW, _, ROW], []),
+    ("...two in a row after a pause open it", [ROW, P, ROW, ROW], [(4, "open", 1)]),
+    ("a pause is no miss: two of three across it open", [W, P, P, W], [(4, "open", 1)]),
 ]
 
 
@@ -42,6 +47,9 @@ def test_condition(name, verdicts, expected):
     cond = Condition(n=3, k=2, clear_after=3)
     seen = []
     for ts, verdict in enumerate(verdicts, start=1):
+        if verdict is P:
+            cond.interrupt(float(ts))
+            continue
         change = cond.step(float(ts), verdict)
         if isinstance(change, Opened):
             seen.append((ts, "open", change.onset))
