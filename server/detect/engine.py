@@ -30,7 +30,8 @@ from typing import Any
 import msgspec
 
 from server.detect import rules
-from server.detect.across_window import KINDS, GroupMeasures, Kind, NodeMeasures, NodeMembers
+from server.detect.across_window import KINDS, Kind, NodeMembers
+from server.detect.aligned import AlignedWindows
 from server.detect.explain import explain
 from server.detect.model import Finding, GpuObs, NicObs, Window, gpu_past, nic_past
 from server.detect.namesakes import NamesakeRates
@@ -116,19 +117,10 @@ class _Node:
 
 
 @dataclass
-class _Aligned:
-    """One cluster's windows of one kind, nodes against nodes."""
-
-    until: float | None = None  # end of the last window judged
-    measures: dict[float, dict[str, NodeMeasures]] = field(default_factory=dict)  # windows not yet judged, by end, by node
-    latest: dict[str, dict[str, tuple[float, GroupMeasures]]] = field(default_factory=dict)  # Kind.carries: node → group → (end, measure)
-
-
-@dataclass
 class _Cluster:
     nodes: dict[str, _Node] = field(default_factory=dict)
     max_ts: float = NEVER
-    aligned: dict[str, _Aligned] = field(default_factory=dict)  # by kind of window (across_window.KINDS)
+    aligned: dict[str, AlignedWindows] = field(default_factory=dict)  # by kind of window (across_window.KINDS)
     resumed_until: float = NEVER  # the latest instant a node had been judged to before a restart
     first_ts: float = math.inf  # its earliest sample seen
     swept_at: float = NEVER  # max_ts at the last sweep for silent nodes
@@ -292,25 +284,20 @@ class Detector:
         """The node's share of every aligned window of this kind it has just been judged past (one,
         as a rule) that is not judged yet and whose samples it still holds."""
         width = kind.width(self.cfg)
-        last = math.floor(ts / width) * width
         aligned = cluster.aligned.get(kind.name)
         if aligned is None:
-            aligned = cluster.aligned[kind.name] = _Aligned(math.floor(max(node.first_judged, cluster.resumed_until) / width) * width)
+            start = math.floor(max(node.first_judged, cluster.resumed_until) / width) * width
+            aligned = cluster.aligned[kind.name] = AlignedWindows(kind, width, start)
         measured = node.measured_until.get(kind.name, NEVER)
-        end = max(aligned.until, measured, math.floor((ts - self.keep_s) / width) * width + width) + width
-        members = None
         # A node with enough GPUs of each group for peers inside it takes part in gauge windows
         # once a minute only (across_window.measure_gauges): the others are not even asked.
-        each_minute = kind.big_nodes_each_minute and not node.small
-        while end <= last:
-            if each_minute and not (end / self.cfg.across_window_s).is_integer():
-                end += width
-                continue
-            if members is None:
-                members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
-            aligned.measures.setdefault(end, {})[name] = kind.measure(members, end - width, end, self.cfg)
-            end += width
-        node.measured_until[kind.name] = max(measured, last)
+        each_s = self.cfg.across_window_s if kind.big_nodes_each_minute and not node.small else None
+        ends = aligned.ends_to_measure(measured, ts, self.keep_s, each_s=each_s)
+        if ends:
+            members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
+            for end in ends:
+                aligned.measures.setdefault(end, {})[name] = kind.measure(members, end - width, end, self.cfg)
+        node.measured_until[kind.name] = max(measured, math.floor(ts / width) * width)
 
     def _starting(self, cluster: _Cluster, until: float) -> bool:
         """Whether a window falls in the cluster's first lateness allowance (not resumed from
@@ -333,37 +320,16 @@ class Detector:
             if cluster.max_ts < until + lateness and (self._starting(cluster, until)
                                                       or any(_awaited(node, until, lateness) for node in cluster.nodes.values())):
                 break
-            aligned.until = until
-            measured = aligned.measures.pop(until, None)
-            if not measured:
+            fresh, carried = aligned.take(until, self.cfg.across_window_s)
+            if not fresh:
                 continue
-            for verdict in kind.judge([measured[n] for n in sorted(measured)], start, until, self.cfg, self._carried(kind, aligned, measured, until)):
+            for verdict in kind.judge(fresh, start, until, self.cfg, carried):
                 findings = {verdict.cause: verdict.finding} if verdict.finding is not None else {}
                 uuid, index = verdict.gpu or (None, None)
                 entity = node_entity(name, verdict.node) if uuid is None else across_gpu_entity(uuid)
                 changes += self._step(entity, findings, until, frozenset(), cluster=name,
                                       node=verdict.node, gpu=index, uuid=uuid, causes=(verdict.cause,))
         return changes
-
-    def _carried(self, kind: Kind, aligned: _Aligned, measured: dict[str, NodeMeasures], until: float) -> list[NodeMeasures]:
-        """Each node's latest measure of each group, up to across_window_s old, where this window
-        has none (Kind.carries); and this window's kept as the latest."""
-        if not kind.carries:
-            return []
-        horizon, latest, carried = until - self.cfg.across_window_s, aligned.latest, []
-        for node in sorted(latest):
-            fresh = measured.get(node)
-            groups = latest[node]
-            for group in [g for g, (end, _) in groups.items() if end < horizon]:
-                del groups[group]
-            kept = {g: m for g, (_, m) in groups.items() if fresh is None or g not in fresh.gpus}
-            if kept:
-                carried.append(NodeMeasures(node, kept, {}))
-        for node in [n for n, groups in latest.items() if not groups]:
-            del latest[node]
-        for node, m in measured.items():
-            latest.setdefault(node, {}).update((g, (until, gm)) for g, gm in m.gpus.items())
-        return carried
 
     def _node(self, item: NodeInstant) -> _Node:
         cluster = self.clusters[item.cluster]
