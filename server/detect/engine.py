@@ -149,6 +149,7 @@ class Detector:
         # filled together (a restart) does not age all at once in one evaluation.
         self.age_s = min(self.full_s + AGE_SLACK_S, self.keep_s)
         self.stagger_s = min(AGE_SLACK_S, self.keep_s - self.age_s)
+        self._kinds = [(kind, kind.width(cfg)) for kind in KINDS]
         self.clusters: dict[str, _Cluster] = defaultdict(_Cluster)
         self.gpus: dict[str, _Gpu] = defaultdict(_Gpu)
         self.nics: dict[str, _Nic] = defaultdict(_Nic)
@@ -251,8 +252,9 @@ class Detector:
                     node.judged_until = ts
                     if node.first_judged is None:
                         node.first_judged = ts
-                    for kind in KINDS:
-                        if ts - node.measured_until.get(kind.name, NEVER) >= kind.width(self.cfg):
+                    for kind, width in self._kinds:
+                        every = self.cfg.across_window_s if kind.big_nodes_each_minute and not node.small else width
+                        if ts // every * every > node.measured_until.get(kind.name, NEVER):  # a window end passed since
                             self._measure(kind, cluster, node_name, node, ts)
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
@@ -297,7 +299,10 @@ class Detector:
             members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
             for end in ends:
                 aligned.measures.setdefault(end, {})[name] = kind.measure(members, end - width, end, self.cfg)
-        node.measured_until[kind.name] = max(measured, math.floor(ts / width) * width)
+        # Measured up to the last window end passed, or the last minute for a node asked once a
+        # minute: the next is asked for once its instants pass the next one (advance).
+        every = each_s or width
+        node.measured_until[kind.name] = max(measured, math.floor(ts / every) * every)
 
     def _starting(self, cluster: _Cluster, until: float) -> bool:
         """Whether a window falls in the cluster's first lateness allowance (not resumed from
