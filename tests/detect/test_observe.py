@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from server.detect.observe import HELD_S, SPAN_S, nic_obs
+from server.detect.observe import HELD_S, REFRESH_S, SPAN_S, nic_obs
 
 GB = 1_000_000_000
 
@@ -44,12 +44,15 @@ CASES = [
     ("a refresh landing twice in one interval counts over the last SPAN_S, not in that interval alone",
      [(0, 0), (1, GB), (2, 2 * GB), (3, 3 * GB), (4, 5 * GB), (5, 5 * GB), (6, 6 * GB), (7, 7 * GB)],
      [None, GB, 2 * GB / 2, 3 * GB / 3, 5 * GB / 4, 5 * GB / 4, 4 * GB / 4, 4 * GB / 4]),
-    ("still for HELD_S while busy: a real 0",
+    ("still for HELD_S while busy: unknown after REFRESH_S, a real 0 after HELD_S",
      [(0, 0), (10, 10 * GB), (20, 10 * GB), (30, 10 * GB), (40, 10 * GB), (50, 10 * GB)],
-     [None, GB, GB, GB, 0.0, 0.0]),
+     [None, GB, None, None, 0.0, 0.0]),
     ("moving again after a real 0: the rate of the last interval, not of the silence",
      [(0, 0), (10, 10 * GB), (20, 10 * GB), (30, 10 * GB), (40, 10 * GB), (50, 20 * GB)],
-     [None, GB, GB, GB, 0.0, GB]),
+     [None, GB, None, None, 0.0, GB]),
+    ("sampled every 5 s, one read returning the previous value: unknown, not the rate before a pause",
+     [(0, 0), (5, 10 * GB), (10, 20 * GB), (15, 20 * GB), (20, 40 * GB), (25, 50 * GB)],
+     [None, 2 * GB, 2 * GB, None, 2 * GB, 2 * GB]),
     ("a reset (the counter went down): no rate, then the next interval's",
      [(0, 0), (5, 5 * GB), (10, GB), (15, 6 * GB)], [None, GB, None, GB]),
     ("not read: no rate, then the next interval's", [(0, 0), (5, 5 * GB), (10, None), (15, 15 * GB), (20, 20 * GB)],
@@ -66,7 +69,8 @@ def test_byte_counter_rates(name, samples, expected):
 
 def test_the_spans_the_cases_assume():
     assert 3.0 < SPAN_S <= 4.0  # the refresh-twice case takes the pair 4 s back
-    assert 20.0 < HELD_S <= 30.0  # the real-0 cases: still 30 s → 0, 20 s → last rate
+    assert 20.0 < HELD_S <= 30.0  # the real-0 cases: still 30 s → 0, 20 s → unknown
+    assert 2.0 < REFRESH_S < 5.0  # refreshed every 2 s at 1 s: the last rate; still for 5 s: unknown
 
 
 def test_error_counters_still_read_0_at_once():
