@@ -5,6 +5,7 @@ sample time and comes back on the same port and database. Every sample taken is 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,6 +179,8 @@ def test_killed_agent_process_resumes_its_spool(tmp_path):
     cmd = [sys.executable, "-m", "agent.cli", "--simulate", "H100:2", "--interval", "0.2", "--batch", "2",
            "--collector", f"http://127.0.0.1:{port}", "--node", "kill-node", "--spool-dir", str(spool_dir)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    shm = Path("/dev/shm")
+    before = set(shm.glob("laggard-sim-*-kill-node-*"))
     first = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     try:
         # A record is about 4 kB (2 GPUs, 8 ports); the kill may tear the last one, which is then
@@ -187,6 +190,9 @@ def test_killed_agent_process_resumes_its_spool(tmp_path):
     finally:
         first.kill()
         first.wait(30)
+        # The simulated node's counter and /proc trees, which a process killed so cannot remove.
+        for left_behind in set(shm.glob("laggard-sim-*-kill-node-*")) - before:
+            shutil.rmtree(left_behind, ignore_errors=True)
     with DiskSpool(spool_dir) as spool:
         left = [s.ts for _, s in spool.peek(10_000)]
     assert len(left) >= 5 and left == sorted(left)
