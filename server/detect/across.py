@@ -70,10 +70,13 @@ def aligned_mean_rate(window: Window, attr: str, start: float, end: float, *, st
 
 
 def node_value(node: str, rates: Sequence[float | None]) -> NodeValue | None:
-    """A node's figure: the median of its members, only if every member could be measured."""
-    if not rates or any(r is None for r in rates):
+    """A node's figure: the median of its members, if every member could be measured, or all but
+    one of four or more (a port down, a GPU lost: that is found inside the node; while the whole
+    node sat out, a pipeline's end stage whose partner had a port down was flagged, alone)."""
+    known = [r for r in rates if r is not None]
+    if not known or len(known) < len(rates) - (1 if len(rates) >= 4 else 0):
         return None
-    return NodeValue(node, median(rates), len(rates))
+    return NodeValue(node, median(known), len(known))
 
 
 def against_other_nodes(values: Iterable[NodeValue], *, min_nodes: int, min_median: float, drop: float, z_min: float,

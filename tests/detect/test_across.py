@@ -372,3 +372,17 @@ def test_nodes_with_a_lower_power_limit_are_found_against_the_other_nodes(low):
     it, tried for rollouts, failed the second case and tests/server/test_jobs_move.py's control.)"""
     limit = lambda node, ts: 560.0 if node in low else 700.0  # noqa: E731
     assert _power_episodes(phased_fleet(8, duration=900, limit_of=limit)) == low
+
+
+@pytest.mark.parametrize("rates,figure", [
+    ((6.8, 6.9, 6.7, 6.8), 6.8),
+    ((6.8, 6.9, None, 6.7, 6.8), 6.8),  # a port down: the node still has a figure (its partner end stage was flagged alone)
+    ((6.8, None, None, 6.7, 6.8), None),  # two of five unknown: it sat the window out
+    ((6.8, None, 6.7), None),  # fewer than four: every member
+    ((None, None, None, None), None),
+])
+def test_a_node_figure_survives_one_unmeasured_member_of_four_or_more(rates, figure):
+    from server.detect.across import node_value
+
+    got = node_value("n", rates)
+    assert (None if got is None else got.value) == (None if figure is None else pytest.approx(figure))
