@@ -86,6 +86,8 @@ def measure_gauges(members: NodeMembers, start: float, end: float, cfg: Detectio
 
 def judge_throughput(measures: Iterable[NodeMeasures], start: float, end: float, cfg: DetectionSettings,
                      carried: Iterable[NodeMeasures] = ()) -> list[NodeVerdict]:
+    """`carried`: none (the kind does not carry: a node's throughput of another minute is not
+    this one's)."""
     nvlink: dict[str, list[NodeValue]] = defaultdict(list)
     ports: dict[str, list[NodeValue]] = defaultdict(list)
     for m in measures:

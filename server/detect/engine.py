@@ -253,14 +253,17 @@ class Detector:
                     if node.first_judged is None:
                         node.first_judged = ts
                     for kind, width in self._kinds:
+                        # A node with enough GPUs of each group for peers inside it takes part in
+                        # gauge windows once a minute only (across_window.measure_gauges): the
+                        # others are not even asked.
                         every = self.cfg.across_window_s if kind.big_nodes_each_minute and not node.small else width
                         if ts // every * every > node.measured_until.get(kind.name, NEVER):  # a window end passed since
-                            self._measure(kind, cluster, node_name, node, ts)
+                            self._measure(kind, width, every, cluster, node_name, node, ts)
                 node.pending.clear()
                 self._judged[(cluster_name, node_name)] = node.judged_until
             cluster.waiting.clear()
-            for kind in KINDS:
-                changes.extend(self._judge_across(kind, cluster_name, cluster))
+            for kind, width in self._kinds:
+                changes.extend(self._judge_across(kind, width, cluster_name, cluster))
             self._forget_silent(cluster_name, cluster)
         return changes
 
@@ -282,26 +285,22 @@ class Detector:
                 self.nics.pop(key, None)
             self.namesakes.forget(f"{name}/{node_name}")
 
-    def _measure(self, kind: Kind, cluster: _Cluster, name: str, node: _Node, ts: float) -> None:
+    def _measure(self, kind: Kind, width: float, every: float, cluster: _Cluster, name: str, node: _Node, ts: float) -> None:
         """The node's share of every aligned window of this kind it has just been judged past (one,
-        as a rule) that is not judged yet and whose samples it still holds."""
-        width = kind.width(self.cfg)
+        as a rule) that is not judged yet and whose samples it still holds; only those ending at a
+        multiple of `every`."""
         aligned = cluster.aligned.get(kind.name)
         if aligned is None:
             start = math.floor(max(node.first_judged, cluster.resumed_until) / width) * width
             aligned = cluster.aligned[kind.name] = AlignedWindows(kind, width, start)
         measured = node.measured_until.get(kind.name, NEVER)
-        # A node with enough GPUs of each group for peers inside it takes part in gauge windows
-        # once a minute only (across_window.measure_gauges): the others are not even asked.
-        each_s = self.cfg.across_window_s if kind.big_nodes_each_minute and not node.small else None
-        ends = aligned.ends_to_measure(measured, ts, self.keep_s, each_s=each_s)
+        ends = aligned.ends_to_measure(measured, ts, self.keep_s, each_s=every if every != width else None)
         if ends:
             members = NodeMembers(name, [self.gpus[u].window for u in node.gpus], [self.nics[k].window for k in node.nics])
             for end in ends:
                 aligned.measures.setdefault(end, {})[name] = kind.measure(members, end - width, end, self.cfg)
         # Measured up to the last window end passed, or the last minute for a node asked once a
         # minute: the next is asked for once its instants pass the next one (advance).
-        every = each_s or width
         node.measured_until[kind.name] = max(measured, math.floor(ts / every) * every)
 
     def _starting(self, cluster: _Cluster, until: float) -> bool:
@@ -310,11 +309,11 @@ class Detector:
         so its windows wait for the whole allowance."""
         return cluster.resumed_until == NEVER and until < cluster.first_ts + self.cfg.lateness_s
 
-    def _judge_across(self, kind: Kind, name: str, cluster: _Cluster) -> list[EpisodeChange]:
+    def _judge_across(self, kind: Kind, width: float, name: str, cluster: _Cluster) -> list[EpisodeChange]:
         """Nodes against nodes (server/detect/across.py), window by aligned window, once every
         node that may still bring its share has (or the lateness allowance has run out): the same
         windows with the same nodes in them, whatever order the nodes' samples arrive in."""
-        width, lateness = kind.width(self.cfg), self.cfg.lateness_s
+        lateness = self.cfg.lateness_s
         aligned = cluster.aligned.get(kind.name)
         changes = []
         while aligned is not None:
